@@ -19,6 +19,10 @@ blocks at most, and deleted when it is done unless ``--keep``):
 - ``hosts``: the same, read as host 4,095 of 4,096 (global batch 32,768, 8 a host);
 - ``megatron``: one sparse ``.bin`` with a Megatron ``.idx`` of 50M documents (1.0 GB);
   also the bytes a worker process is sent for it (pickled) and the seconds to load them;
+- ``megatron-docs``: the same with document positions (``positions="documents"``: the
+  batches' ``position_ids`` in the digest), documents of 1 to 79 tokens (2.0G tokens);
+  also (and for ``megatron-s3``) RSS after the steps, its anonymous part (not the page
+  cache's) and its peak (``end_mb``, ``end_anon_mb``, ``end_peak_mb``: the starts held);
 - ``megatron-s3``: a Megatron pair of 16M documents of 1 to 3 tokens (a 320 MB ``.idx``:
   two pieces, a 64 MB ``.bin`` of random tokens) on moto's S3 behind a ``LatencyProxy`` of 20 ms,
   read with document positions (``position_ids``: the batches' digest covers them);
@@ -54,6 +58,7 @@ CASES = (
     "tokens",
     "hosts",
     "megatron",
+    "megatron-docs",
     "megatron-s3",
     "parquet",
     "parquet-hosts",
@@ -98,6 +103,12 @@ def build(case: str, root: Path) -> Path:
         n = 50_000_000
         _sparse(d / "m.bin", 2 * 40 * n)
         write_megatron_index(d / "m.idx", np.uint16, np.full(n, 40, dtype=np.int32))
+    elif name == "megatron-docs":
+        from headrace.formats import write_megatron_index
+
+        lengths = (np.arange(50_000_000, dtype=np.int64) * 7919 % 79 + 1).astype(np.int32)
+        _sparse(d / "m.bin", 2 * int(lengths.sum()))
+        write_megatron_index(d / "m.idx", np.uint16, lengths)
     elif name == "megatron-s3":
         from headrace.formats import write_megatron_index
 
@@ -144,6 +155,8 @@ def _open(case: str, d: Path, extra: dict[str, Any]) -> Any:
         return TokenSource(sorted(d.glob("*.bin")), context=1024, dtype="uint16")
     if case == "megatron":
         return TokenSource(d / "m.bin", context=1024)
+    if case == "megatron-docs":
+        return TokenSource(d / "m.bin", context=1024, positions="documents")
     if case == "megatron-s3":
         return TokenSource(
             "s3://scale/f/m.bin",
@@ -175,7 +188,7 @@ def trial(case: str, d: Path, extra: dict[str, Any]) -> dict[str, Any]:
     # compiles it at import (0.2 s), which is no part of an open.
     importlib.import_module("headrace.formats")
 
-    before = rss_mb()
+    before, anon = rss_mb(), rss_mb("RssAnon")
     t0 = time.perf_counter()
     src = _open(case, d, extra)
     opened = time.perf_counter() - t0
@@ -199,17 +212,29 @@ def trial(case: str, d: Path, extra: dict[str, Any]) -> dict[str, Any]:
             src.close()
             ld.load_state_dict({**state, "step": at})
             it = iter(ld)
+            t0 = time.perf_counter()
             _digest(h, next(it))  # a first step opens windows and files: timed apart
+            if case == "megatron-docs":  # and finds the documents
+                got[f"first_ms@{at and 'far'}"] = round((time.perf_counter() - t0) * 1e3, 1)
             t0 = time.perf_counter()
             for _ in range(steps):
                 _digest(h, next(it))
             got[f"step_us@{at and 'far'}"] = round((time.perf_counter() - t0) / steps * 1e6)
-            if case in ("tokens", "hosts", "megatron"):  # zeros: digest the plan
+            if case in ("tokens", "hosts", "megatron", "megatron-docs"):  # zeros: the plan
                 samples = (at + np.arange(steps + 1)) * batch + batch - 1
                 plan = src.layout.locate(7, samples)
                 h.update(plan.window.tobytes() + plan.start.tobytes())
     got["sha256"] = h.hexdigest()[:12]
-    if case in ("megatron", "megatron-s3", "files"):  # what a worker is sent, and loads
+    if case in ("megatron-docs", "megatron-s3"):  # what the steps left held (the starts)
+        got["end_mb"] = round(rss_mb() - before, 1)
+        got["end_anon_mb"] = round(rss_mb("RssAnon") - anon, 1)  # not the page cache's
+        got["end_peak_mb"] = round(rss_mb("VmHWM"), 1)
+    if case in (
+        "megatron",
+        "megatron-docs",
+        "megatron-s3",
+        "files",
+    ):  # what a worker is sent, and loads
         blob = pickle.dumps(src)
         t0 = time.perf_counter()
         pickle.loads(blob).close()
@@ -309,6 +334,11 @@ COLUMNS = (
     "requests",
     "step_us@0",
     "step_us@far",
+    "first_ms@0",
+    "first_ms@far",
+    "end_mb",
+    "end_anon_mb",
+    "end_peak_mb",
     "state_b",
     "worker_mb",
     "worker_load_s",

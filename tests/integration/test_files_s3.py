@@ -144,7 +144,10 @@ def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Pa
     assert listed.files.sizes == prefix.files.sizes  # from HEADs, all in flight at once
     assert listed.fingerprint() == prefix.fingerprint()
     local = run(FileSource(datasets / "npz", format=fmt, samples_per_file=spf, **opts))
-    assert run(listed) == run(pickle.loads(pickle.dumps(listed))) == local
+    copy = pickle.loads(pickle.dumps(listed))
+    assert copy._args[0] == listed.files.url  # opens the root: names no URL again
+    assert copy.files.keys == listed.files.keys and copy.files.etags == listed.files.etags
+    assert run(listed) == run(copy) == local
     prefix.close()
     with pytest.raises(ObjectNotFoundError, match=rf"s3://{BUCKET}/files/npz/nope\.npz"):
         source([*urls, f"s3://{BUCKET}/files/npz/nope.npz"])

@@ -42,6 +42,7 @@ __all__ = [
     "header_index",
     "parse_megatron_index",
     "read_megatron_index",
+    "stamp_of",
     "write_megatron_index",
 ]
 
@@ -141,8 +142,10 @@ class CheckedIndex:
         if reads is not None:
             return self._bounds(reads)
         with LocalFile(self.path) as f:
-            if _stamp(f) != self.stamp:
-                raise changed_since(self.path, "device, inode, size, mtime", _stamp(f), self.stamp)
+            if stamp_of(f) != self.stamp:
+                raise changed_since(
+                    self.path, "device, inode, size, mtime", stamp_of(f), self.stamp
+                )
             return self._bounds(_local_reads(f))
 
     def _bounds(self, reads: Reads) -> NDArray[np.int64]:
@@ -151,10 +154,27 @@ class CheckedIndex:
         with closing(reads(ranges)) as got:
             pointers = next(got).view(np.int64)
             docs = next(got).view(np.int64)
-        # The pointers were checked to be the lengths' running sums, in bytes.
-        starts = np.append(pointers, np.int64(self.bin_size))[docs]
-        bounds: NDArray[np.int64] = starts // self.dtype.itemsize
-        return bounds
+        return _bounds_into(docs, pointers, self.bin_size, self.dtype.itemsize)
+
+
+def _bounds_into(
+    docs: NDArray[np.int64], pointers: NDArray[np.int64], bin_size: int, itemsize: int
+) -> NDArray[np.int64]:
+    """Each document entry's token offset, written over ``docs`` (a buffer of its own,
+    checked non-decreasing from 0 to ``len(pointers)``): 50M documents peaked at 1.5 GB
+    held at once (the pointers, the entries, and three arrays as large made from them)
+    until 2026-12-04, and at the pointers and the entries now."""
+    if not docs.flags.writeable:
+        docs = docs.copy()
+    # The entries equal to S (the end of the tokens: the last, and empty documents
+    # before it) are a suffix; the others index the pointers, checked to be the
+    # lengths' running sums in bytes. ``clip`` takes in place (``raise`` would buffer).
+    inside = int(np.searchsorted(docs, len(pointers), side="left"))
+    if inside:
+        np.take(pointers, docs[:inside], out=docs[:inside], mode="clip")
+    docs[inside:] = bin_size
+    docs //= itemsize
+    return docs
 
 
 def changed_since(path: str, what: str, now: object, then: object) -> FormatError:
@@ -171,7 +191,7 @@ def check_megatron_index(idx_path: str | os.PathLike[str], bin_size: int) -> Che
     path = os.fspath(idx_path)
     with LocalFile(path) as f:
         head = f.pread(0, min(f.size, _HEADER.size))
-        return check_index(path, head, f.size, bin_size, _local_reads(f), _stamp(f))
+        return check_index(path, head, f.size, bin_size, _local_reads(f), stamp_of(f))
 
 
 def _local_reads(f: LocalFile) -> Reads:
@@ -219,7 +239,8 @@ def check_index(
     return index
 
 
-def _stamp(f: LocalFile) -> tuple[int, int, int, int]:
+def stamp_of(f: LocalFile) -> tuple[int, int, int, int]:
+    """A local file's :data:`Stamp`."""
     st = os.fstat(f.fd)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 

@@ -12,12 +12,35 @@ collators and flash-attention's ``cu_seqlens`` are built from.
 
 from __future__ import annotations
 
+from typing import Any, Literal, Protocol
+
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 
-__all__ = ["cu_seqlens", "document_positions", "eos_positions", "positions_from_starts"]
+__all__ = [
+    "DocumentStarts",
+    "cu_seqlens",
+    "document_positions",
+    "eos_positions",
+    "positions_from_starts",
+]
+
+
+class DocumentStarts(Protocol):
+    """Sorted token offsets where documents start, not held as an array (a Megatron
+    index's, read through a map of it): searched and indexed as one."""
+
+    def search(
+        self, tokens: NDArray[np.int64], side: Literal["left", "right"]
+    ) -> NDArray[np.int64]:
+        """``np.searchsorted(starts, tokens, side)``."""
+        ...
+
+    def take(self, i: NDArray[np.int64]) -> NDArray[np.int64]:
+        """``starts[i]``."""
+        ...
 
 
 def positions_from_starts(
@@ -53,17 +76,28 @@ def eos_positions(x: NDArray[np.integer], eos_id: int) -> NDArray[np.int32]:
 
 
 def document_positions(
-    bounds: NDArray[np.int64], offsets: NDArray[np.int64], length: int
+    bounds: NDArray[np.int64] | DocumentStarts, offsets: NDArray[np.int64], length: int
 ) -> NDArray[np.int32]:
     """Rows of ``length`` tokens starting at ``offsets`` of one file whose documents start
-    at ``bounds`` (sorted token offsets, e.g. a Megatron index's document bounds)."""
-    first = np.searchsorted(bounds, offsets, side="right")  # starts after each row's column 0
-    last = np.searchsorted(bounds, offsets + length, side="left")  # ... and before its end
+    at ``bounds`` (sorted token offsets, e.g. a Megatron index's document bounds, as an
+    array or :class:`DocumentStarts`)."""
+    if isinstance(bounds, np.ndarray):
+        array = bounds
+
+        def search(tokens: NDArray[np.int64], side: Literal["left", "right"]) -> NDArray[Any]:
+            return np.searchsorted(array, tokens, side=side)
+
+        def take(i: NDArray[np.int64]) -> NDArray[np.int64]:
+            return array[i]
+    else:
+        search, take = bounds.search, bounds.take
+    first = search(offsets, "right")  # starts after each row's column 0
+    last = search(offsets + length, "left")  # ... and before its end
     counts = np.maximum(last - first, 0)
     rows = np.repeat(np.arange(len(offsets)), counts)
     # The k-th start of row r is bounds[first[r] + k].
     k = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-    cols = bounds[np.repeat(first, counts) + k] - offsets[rows]
+    cols = take(np.repeat(first, counts) + k) - offsets[rows]
     return positions_from_starts((len(offsets), length), rows, cols)
 
 

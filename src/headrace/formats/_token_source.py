@@ -24,6 +24,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError
 from headrace.formats._file_list import is_object_url
+from headrace.formats._megatron_starts import MappedStarts
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import (
     DEFAULT_IN_FLIGHT,
@@ -238,7 +239,7 @@ class TokenSource(WindowCache):
         self.positions = positions
         self.eos_id = eos_id
         check_positions(positions, eos_id, self.dtype, self.files)
-        self._bounds: dict[int, NDArray[np.int64]] = {}  # file -> document starts
+        self._bounds: dict[int, NDArray[np.int64] | MappedStarts] = {}  # file -> document starts
         self.context = context
         self.block_bytes = block_bytes
         self.window_bytes = window_bytes
@@ -394,11 +395,12 @@ class TokenSource(WindowCache):
             out[sel] = document_positions(self._doc_bounds(f), offsets[sel], self.context)
         return out
 
-    def _doc_bounds(self, f: int) -> NDArray[np.int64]:
+    def _doc_bounds(self, f: int) -> NDArray[np.int64] | MappedStarts:
         bounds = self._bounds.get(f)
         if bounds is None:
             tf = self.files[f]
-            bounds = self._bounds[f] = tf.documents(self._remote() if tf.remote else None)[:-1]
+            bounds = tf.document_starts(self._remote() if tf.remote else None)
+            self._bounds[f] = bounds
         return bounds
 
     def _plan(self, seed: int, samples: NDArray[np.int64]) -> WindowPlan:
@@ -519,6 +521,9 @@ class TokenSource(WindowCache):
         self._free.clear()
         for i in list(self._open):
             self._close_file(i)
+        # Maps of indexes let go (mapped again at the next read); arrays are kept: an
+        # index on object storage is read whole for them.
+        self._bounds = {f: b for f, b in self._bounds.items() if not isinstance(b, MappedStarts)}
         self._close_stores()
 
     def _close_stores(self) -> None:

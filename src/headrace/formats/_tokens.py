@@ -18,6 +18,7 @@ from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundE
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import CheckedIndex, MegatronIndex, check_megatron_index
 from headrace.formats._megatron_remote import remote_document_bounds
+from headrace.formats._megatron_starts import MappedStarts, mapped_starts
 from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
 from headrace.formats._token_text import refuse_non_tokens
@@ -121,6 +122,16 @@ class TokenFile:
             return remote_document_bounds(own, self.index)
         finally:
             own.close()
+
+    def document_starts(self, files: ObjectFiles | None = None) -> NDArray[np.int64] | MappedStarts:
+        """Where documents start (:meth:`documents` without the total): a local Megatron
+        index's looked up in a map of it, not made into an array (see
+        :mod:`~headrace.formats._megatron_starts`), others as :meth:`documents` gives them."""
+        if isinstance(self.index, CheckedIndex) and not self.remote:
+            mapped = mapped_starts(self.index)
+            if mapped is not None:
+                return mapped
+        return self.documents(files)[:-1]
 
 
 class TokenFiles(Protocol):

@@ -1,0 +1,174 @@
+"""A local Megatron index's document starts, looked up through a map of the ``.idx``.
+
+``positions="documents"`` needs, for each row of a batch, the documents that start
+inside it. Made as an array (:meth:`CheckedIndex.document_bounds`), the starts of an
+index of 50M documents were 400 MB held in every process that read one (each
+DataLoader worker its own) and 1.6 GB at the peak of making them (the pointers, the
+document entries and three temporaries as large). Here the pointers and document
+entries stay in the page cache, shared by every process, read through a read-only
+map: a batch's rows are found by a search in a sample of every :data:`STEP`-th entry
+(held: 16 bytes a :data:`STEP` documents) and then in one block of the map per row;
+the starts those rows need are gathered from it. The results are those of the array,
+``np.searchsorted`` and indexing (the tests compare them).
+
+The arrays of an ``.idx`` lie at offsets that are not multiples of 8 (its header is
+34 bytes), and ``np.searchsorted`` copies an unaligned array whole before searching
+it: hence the sample and the gathers, which read in place.
+
+A file whose pages the storage may fail to read through a map (a network or FUSE
+mount: ``SIGBUS``), or that cannot be mapped, is read as the array, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from headrace.errors import ConfigError
+from headrace.formats._megatron import INDEX_HEAD, CheckedIndex, changed_since, stamp_of
+from headrace.io import LocalFile
+
+__all__ = ["STEP", "MappedStarts", "mapped_starts"]
+
+#: Entries of the map between two of the sample held: each lookup reads one block of
+#: ``STEP`` entries a row (512 bytes), and the samples cost 16 bytes a ``STEP``
+#: documents (50M documents: 12.5 MB, not 400). 256 held 4 times less and made a batch
+#: of 64 rows' lookups about twice as slow (2c, 2026-12-04, under load).
+STEP = 64
+
+
+def mapped_starts(index: CheckedIndex) -> MappedStarts | None:
+    """The starts of a local index's documents, through a map of it (``None``: the file
+    lies on a network or FUSE mount, or cannot be mapped: read it as the array). One
+    changed since it was checked is refused (as :meth:`CheckedIndex.document_bounds`)."""
+    with LocalFile(index.path) as f:
+        now = stamp_of(f)
+        if now != index.stamp:
+            raise changed_since(index.path, "device, inode, size, mtime", now, index.stamp)
+        if f.network:
+            return None
+        try:
+            whole = np.frombuffer(f.mapped, dtype=np.uint8)
+        except ConfigError:  # a filesystem that maps nothing (ENODEV)
+            return None
+        at = INDEX_HEAD + 4 * index.sequences
+        pointers = _sample(f, at, index.sequences)
+        docs = _sample(f, at + 8 * index.sequences, index.entries - 1)  # the last is S
+    # Closed, the file leaves its map alive while arrays view it: it is unmapped when
+    # these are dropped, and no descriptor is held meanwhile.
+    return MappedStarts(index, whole, pointers, docs)
+
+
+def _sample(f: LocalFile, at: int, n: int) -> NDArray[np.int64]:
+    """Every :data:`STEP`-th of the ``n`` int64 entries at ``at``, read by ``pread`` a
+    piece at a time: taken through the map, every page would be mapped into this
+    process (the RSS of a 50M-document index's sample: +800 MB of page cache)."""
+    out = np.empty(-(-n // STEP), dtype=np.int64)
+    for lo in range(0, n, _PIECE):
+        piece = f.pread(at + 8 * lo, 8 * min(_PIECE, n - lo)).view(np.int64)
+        out[lo // STEP : lo // STEP + -(-len(piece) // STEP)] = piece[::STEP]
+    return out
+
+
+#: Entries read at a time for a sample (1 MiB): a multiple of :data:`STEP`.
+_PIECE = 1 << 17
+
+
+class MappedStarts:
+    """Token offsets where each document of a Megatron index starts (its ``D - 1``
+    documents: :meth:`CheckedIndex.document_bounds` without the total), found and read
+    in a map of the index. ``search`` is ``np.searchsorted`` of those offsets and
+    ``take`` their indexing."""
+
+    __slots__ = ("_docs", "_docs_sample", "_index", "_pointers", "_pointers_sample")
+
+    def __init__(
+        self,
+        index: CheckedIndex,
+        whole: NDArray[np.uint8],
+        pointers_sample: NDArray[np.int64],
+        docs_sample: NDArray[np.int64],
+    ) -> None:
+        """``whole``: the index's map; the samples: every :data:`STEP`-th pointer and
+        document entry (not the last, ``S``)."""
+        self._index = index
+        n_seq, n_doc = index.sequences, index.entries
+        at = INDEX_HEAD + 4 * n_seq
+        self._pointers = whole[at : at + 8 * n_seq].view(np.int64)
+        at += 8 * n_seq
+        self._docs = whole[at : at + 8 * (n_doc - 1)].view(np.int64)
+        self._pointers_sample = pointers_sample
+        self._docs_sample = docs_sample
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    @property
+    def nbytes(self) -> int:
+        """What is held in memory (the map's pages are the page cache's)."""
+        return int(self._pointers_sample.nbytes + self._docs_sample.nbytes)
+
+    def search(
+        self, tokens: NDArray[np.int64], side: Literal["left", "right"]
+    ) -> NDArray[np.int64]:
+        """``np.searchsorted(starts, tokens, side)``."""
+        self._check()
+        index = self._index
+        at = np.asarray(tokens, dtype=np.int64) * index.dtype.itemsize
+        # Sequence i starts at pointers[i] bytes, and the end of the tokens (bin_size)
+        # after the last: both non-decreasing, so the sequences starting at or before
+        # (before) ``at`` are a prefix, and so are the documents starting in them.
+        before = np.less_equal if side == "right" else np.less
+        seqs = _count(self._pointers, self._pointers_sample, at, before)
+        seqs += before(index.bin_size, at)
+        return _count(self._docs, self._docs_sample, seqs, np.less)
+
+    def take(self, i: NDArray[np.int64]) -> NDArray[np.int64]:
+        """``starts[i]`` (``i`` within ``[0, len)``)."""
+        self._check()
+        index = self._index
+        seqs = self._docs[i]
+        last = len(self._pointers) - 1
+        inside = seqs <= last  # an empty last document starts at the end of the tokens
+        at = self._pointers[np.clip(seqs, 0, max(last, 0))] if last >= 0 else seqs
+        byte = np.where(inside, at, np.int64(index.bin_size))
+        out: NDArray[np.int64] = byte // index.dtype.itemsize
+        return out
+
+    def _check(self) -> None:
+        """Refuse an index changed since it was checked: a file cut short under its map
+        is ``SIGBUS`` (the process killed without a word) at the next page read."""
+        index = self._index
+        try:
+            st = os.stat(index.path)
+        except OSError as exc:
+            raise changed_since(index.path, "stat", repr(exc), index.stamp) from exc
+        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if now != index.stamp:
+            raise changed_since(index.path, "device, inode, size, mtime", now, index.stamp)
+
+
+def _count(
+    entries: NDArray[np.int64], sample: NDArray[np.int64], values: NDArray[np.int64], before: Any
+) -> NDArray[np.int64]:
+    """For each value, how many of the non-decreasing ``entries`` are ``before`` it (a
+    prefix): ``np.searchsorted`` without a copy of ``entries``. ``sample``: every
+    :data:`STEP`-th entry."""
+    n = len(entries)
+    values = np.asarray(values, dtype=np.int64)
+    if n == 0:
+        return np.zeros(values.shape, dtype=np.int64)
+    # Sampled entries j * STEP before a value: its prefix ends after (c - 1) * STEP,
+    # and at c * STEP at the latest; the entries between are read from the map.
+    c = np.searchsorted(sample, values, side="right" if before is np.less_equal else "left")
+    c = c.astype(np.int64)
+    lo = np.maximum(c - 1, 0) * STEP + 1
+    hi = np.minimum(c * STEP, n)
+    block = lo[:, None] + np.arange(STEP - 1, dtype=np.int64)
+    read = entries[np.minimum(block, n - 1)]
+    held = (before(read, values[:, None]) & (block < hi[:, None])).sum(axis=1)
+    out: NDArray[np.int64] = np.where(c > 0, lo + held, 0)
+    return out
