@@ -198,8 +198,9 @@ def _check_jpeg(view: memoryview, name: str) -> None:
         raise _empty_error(name, "JPEG")
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
         other = _other_format(view)
-        # Pillow would decode these, but a GIF or WebP may be animated: its first frame
-        # alone would be a silent truncation, so they are named and refused instead.
+        # Pillow would decode these, but a GIF may be animated: its first frame alone
+        # would be a silent truncation, so they are named and refused instead (a WebP,
+        # checked for animation, was decoded before this).
         what = (
             f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: "
             "re-encode it as one of them"
@@ -277,7 +278,7 @@ def jpeg_layout(
     want: ImageMode = mode or "RGB"
     if bytes(view[:8]) == _PNG_SIG:
         return png_layout(view, mode=want)  # a PNG named .jpg: decoded to ``want``
-    if bytes(view[8:12]) == b"WEBP":
+    if bytes(view[:4]) == b"RIFF" and bytes(view[8:12]) == b"WEBP":
         from headrace.formats._webp import webp_layout  # it imports this module
 
         return webp_layout(view, mode=want, exif_transpose=exif_transpose)
