@@ -741,6 +741,31 @@ def test_an_unwritable_json_file_is_refused_before_the_run(
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("command", ["bench", "probe", "check", "cache"])
+def test_a_json_path_whose_folder_refuses_a_create_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # /proc passes access(W_OK) for root (the mode bits; a FUSE mount without allow_root
+    # or a root-squashed NFS export does the same), but no file can be created in it: as
+    # root the run went its whole length, printed its figures, then failed "could not
+    # write /proc/headrace-r.json". (A user who is not root is refused by access().)
+    out = "/proc/headrace-r.json"
+    (tmp_path / "cache").mkdir()
+    args = {
+        "bench": ["bench", "--root", str(tmp_path / "data"), *TINY, "--no-isolate"],
+        "probe": ["probe", str(tmp_path), "--size", "4M", "--ops", "8"],
+        "check": ["check", str(tmp_path / "cache"), "--format", "npy"],
+        "cache": ["cache", str(tmp_path / "cache"), "--clear"],
+    }[command]
+    assert main([*args, "--json", out]) == 2
+    captured = capsys.readouterr()
+    assert f"--json {out!r}" in captured.err and "choose a writable path" in captured.err
+    assert "Traceback" not in captured.err
+    assert "sha256" not in captured.out and "MB/s" not in captured.out  # nothing ran
+    assert "removed" not in captured.out
+    assert not (tmp_path / "data").exists()
+
+
 def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
     # --accelerators 4 printed one accelerator's demand only (the JSON had 4x), and a
     # small one as "0.0 MB/s per accelerator" (DLIO llama_7b at --record-scale 0.01).
