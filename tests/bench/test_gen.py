@@ -522,3 +522,49 @@ def test_a_root_that_refuses_the_sidecar_still_serves_its_token_file(
     monkeypatch.setattr(tokens_kind, "write_token_sidecar", refused)
     assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
     assert not os.path.exists(kind.path + ".json") and os.path.getsize(kind.path) > 0
+
+
+def test_a_second_gen_into_the_same_folder_waits_for_the_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two gens into one folder wrote each file's NAME.part at once: the first renamed it
+    # into place while the second still wrote into it (a torn file, had the second
+    # stopped there), and the second failed "0000001.npz.part: No such file or directory"
+    # (seen with two `headrace gen npz --root d` started together). The first gen is
+    # stood in for by a lock on the folder and a half-written file under the shared name.
+    import fcntl
+
+    root = tmp_path / "d"
+    root.mkdir()
+    wl = toml(tmp_path, "npz")
+    kind = make_kind(load_workload(wl), str(root))
+    first = kind.files()[0]
+    os.makedirs(os.path.dirname(first))
+    Path(first + ".part").write_bytes(b"PK\x03\x04 half")
+    held = os.open(root, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    codes: list[int] = []
+    second = threading.Thread(target=lambda: codes.append(main(["gen", wl, "--root", str(root)])))
+    second.start()
+    try:
+        err, deadline = "", time.monotonic() + 30
+        while "waiting for another headrace gen" not in err:
+            assert second.is_alive(), f"the second gen did not wait: {err}"
+            assert time.monotonic() < deadline, err
+            time.sleep(0.01)
+            err += capsys.readouterr().err
+        assert f"writing datasets under {root}" in err
+        assert [p.name for p in root.rglob("*") if p.is_file()] == ["0000000.npz.part"]
+        # The first gen ends: its file renamed into place whole.
+        whole = kind._file_bytes(0)
+        Path(first + ".part").write_bytes(whole)
+        os.replace(first + ".part", first)
+    finally:
+        os.close(held)  # and with it the lock
+        second.join(60)
+    assert codes == [0]
+    assert Path(first).read_bytes() == whole
+    assert not list(root.rglob("*.part"))
+    assert [Path(p).read_bytes() for p in kind.files()] == [
+        kind._file_bytes(i) for i in range(len(kind.files()))
+    ]

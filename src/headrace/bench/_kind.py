@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import unknown_keys
-from headrace.bench._datagen import check_room, drop_damaged, record_sizes
+from headrace.bench._datagen import check_room, drop_damaged, holding_root, record_sizes
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, naming, refuse
 from headrace.errors import ConfigError
@@ -347,11 +347,13 @@ class Kind:
         the one it had when last written whole, and refusing (before writing anything) a
         dataset whose missing bytes the filesystem has no room for (``flag`` names the
         folder in that error); then remember the sizes."""
-        files = self.dataset_files()
-        drop_damaged(self.root, files)
-        room_for(self.root, [self], flag=flag)
-        self.generate(progress)
-        record_sizes(self.root, self.dataset_files())
+        os.makedirs(self.root, exist_ok=True)
+        with holding_root(self.root):  # a second gen or bench here waits (see holding_root)
+            files = self.dataset_files()
+            drop_damaged(self.root, files)
+            room_for(self.root, [self], flag=flag)
+            self.generate(progress)
+            record_sizes(self.root, self.dataset_files())
 
     def files(self) -> list[str]:
         """The dataset's files (after :meth:`generate`)."""
