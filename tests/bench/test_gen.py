@@ -245,6 +245,57 @@ def test_gen_refusals(
     assert not any(":" in p.name for p in tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        (
+            "gen",
+            ["--root", "s3:/bkt/ds"],
+            "--root 's3:/bkt/ds' looks like the URL 's3://bkt/ds' mistyped, and would be "
+            "created as a local folder of that name: did you mean --root s3://bkt/ds? For "
+            "such a local folder give --root ./s3:/bkt/ds",
+        ),
+        (
+            "gen",
+            ["--root", "s3://bkt/ds", "--staging", "gs:stage"],
+            "--staging 'gs:stage' looks like the URL 'gs://stage' mistyped",
+        ),
+        (
+            "bench",
+            ["--root", "s3:/bkt/ds"],
+            "--root takes a local folder (a dataset on S3: --storage s3 --storage-url "
+            "s3://bkt/ds; to write one there: headrace gen WORKLOAD --root s3://bkt/ds)",
+        ),
+        ("bench", ["--root", "S3:bkt/ds", "--list"], "looks like the URL 's3://bkt/ds' mistyped"),
+    ],
+)
+def test_a_root_that_is_a_mistyped_url_is_refused(
+    command: str,
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `gen npz --root s3:/bkt/ds` (one slash) wrote the dataset into a new local folder
+    # ./s3:/bkt/ds and exited 0, the user believing it uploaded; `bench --root s3:/bkt/ds`
+    # ran its whole length there.
+    monkeypatch.chdir(tmp_path)
+    workload = (
+        ["-w", toml(tmp_path, "npz"), "--no-isolate"]
+        if command == "bench"
+        else [toml(tmp_path, "npz")]
+    )
+    assert main([command, *workload, "-q", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["npz.toml"]  # nothing written
+    # A folder of that name, made on purpose, is used (./ spells it as one).
+    if command == "gen" and "--staging" not in args:
+        assert main(["gen", toml(tmp_path, "npz"), "-q", "--root", "./s3:/bkt/ds"]) == 0
+        assert list((tmp_path / "s3:" / "bkt" / "ds").rglob("*.npz"))
+
+
 def test_a_file_url_that_cannot_be_a_folder_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

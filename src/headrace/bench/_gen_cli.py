@@ -25,7 +25,13 @@ from headrace.bench._args import (
     refuse_unused_sizes,
     size_changes,
 )
-from headrace.bench._cli import _progress, default_root, prepare_root, url_scheme
+from headrace.bench._cli import (
+    _progress,
+    default_root,
+    prepare_root,
+    refuse_url_typo,
+    url_scheme,
+)
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._overrides import dlio_from_args
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
@@ -173,6 +179,10 @@ def check(args: argparse.Namespace) -> Workload:
             "--staging and --endpoint go with --root URL (an object store, e.g. "
             f"--root s3://bucket/prefix); --root {root!r} is a local folder"
         )
+    if scheme is None:
+        refuse_url_typo("--root", root, "--root")
+    if args.staging:
+        refuse_url_typo("--staging", args.staging)
     if scheme is not None and scheme not in WRITABLE_SCHEMES:
         raise ConfigError(
             f"--root {root!r}: cannot write to {scheme}:// URLs; use a local folder or one "
