@@ -209,7 +209,20 @@ def test_unknown_workload_and_variant_are_config_errors(
     assert main(["bench", "--root", str(tmp_path), "--workload", "token", "-q"]) == 2
     assert "unknown workload 'token' (did you mean 'tokens'?): not a" in capsys.readouterr().err
     assert main(["bench", "--root", str(tmp_path), "--variants", "fast", "-q"]) == 2
-    assert "unknown variant 'fast'" in capsys.readouterr().err
+    assert "unknown variant 'fast' for kind" in capsys.readouterr().err
+    # The nearest is named, as for a workload (it listed the known ones alone).
+    assert main(["bench", "--root", str(tmp_path), "--variants", "headrace-synk", "-q"]) == 2
+    assert "unknown variant 'headrace-synk' (did you mean 'headrace-sync'?) for kind 'tokens'" in (
+        capsys.readouterr().err
+    )
+    # A value that does not parse says what to give: it said "'x' is not a int like the
+    # reader's 8".
+    args = ["bench", "--root", str(tmp_path), "--variants", "naive", "--sweep", "prefetch=1,x"]
+    assert main([*args, *TINY]) == 2
+    assert (
+        "variant 'naive?prefetch=x': prefetch='x' is not a number, as the reader's prefetch is "
+        "(8); give one, e.g. prefetch=8" in capsys.readouterr().err
+    )
 
 
 def test_files_sets_how_many_files_and_only_for_files_workloads(

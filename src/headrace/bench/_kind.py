@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import math
@@ -274,9 +275,11 @@ class Kind:
         for text in workload.variants:
             spec = VariantSpec.parse(text)
             if spec.name not in self.openers:
+                close = difflib.get_close_matches(spec.name, sorted(self.openers), n=1)
                 raise ConfigError(
-                    f"workload {workload.name!r}: unknown variant {spec.name!r} for kind "
-                    f"{workload.kind!r}; known: {sorted(self.openers)}"
+                    f"workload {workload.name!r}: unknown variant {spec.name!r}"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f" for kind {workload.kind!r}; known: {sorted(self.openers)}"
                 )
 
     @classmethod
@@ -435,7 +438,7 @@ class Kind:
         current = {
             k: v for k, v in {**getattr(reader, "defaults", {}), **reader}.items() if k not in _RUN
         }
-        over = {k: _like(current[k], v, spec) for k, v in vs.options.items() if k in current}
+        over = {k: _like(current[k], v, spec, k) for k, v in vs.options.items() if k in current}
         kind = self
         if any(current[k] != v for k, v in over.items()):
             kind = type(self).make(self.workload.replace(reader=over), self.root)
@@ -549,7 +552,7 @@ _RUN = frozenset(
 )
 
 
-def _like(current: Any, text: str, spec: str) -> Any:
+def _like(current: Any, text: str, spec: str, key: str) -> Any:
     """``text`` parsed as the type of the reader value it overrides."""
     try:
         if isinstance(current, bool):
@@ -572,9 +575,13 @@ def _like(current: Any, text: str, spec: str) -> Any:
                 if math.isfinite(number):
                     return number
     except ValueError as exc:
+        # It said "'x' is not a int like the reader's 8": the type's name, not what to give.
+        what = {bool: "true or false", int: "a number", float: "a number"}
         raise ConfigError(
-            f"variant {spec!r}: {text!r} is not a {type(current).__name__} like the reader's "
-            f"{current!r}"
+            f"variant {spec!r}: {key}={text!r} is not {what[type(current)]}, as the "
+            f"reader's {key} is ({current!r}); give one, e.g. {key}={current!r}".replace(
+                "=True", "=true"
+            ).replace("=False", "=false")
         ) from exc
     return text
 
