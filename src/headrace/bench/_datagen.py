@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +24,9 @@ from headrace.errors import ConfigError
 
 __all__ = [
     "Progress",
+    "SCRATCH_PREFIX",
     "check_room",
+    "clear_scratch",
     "drop_damaged",
     "holding_root",
     "is_complete",
@@ -116,6 +119,21 @@ def holding_root(root: str) -> Iterator[None]:
             _HELD.discard(key)
     finally:
         os.close(fd)  # and with it the lock
+
+
+#: ``gen --verify``'s scratch folder under a root (a dot: no dataset's name has one).
+SCRATCH_PREFIX = ".headrace-verify-"
+
+
+def clear_scratch(root: str) -> None:
+    """Remove the scratch folders of a ``gen --verify`` stopped by ``kill -9`` (a second
+    copy of a dataset; the caller holds the root, so none is in use)."""
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 SIZES = ".headrace-sizes.json"

@@ -25,7 +25,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import unknown_keys
-from headrace.bench._datagen import check_room, drop_damaged, holding_root, record_sizes
+from headrace.bench._datagen import (
+    check_room,
+    clear_scratch,
+    drop_damaged,
+    holding_root,
+    record_sizes,
+)
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, naming, refuse
 from headrace.errors import ConfigError
@@ -352,6 +358,7 @@ class Kind:
         folder in that error); then remember the sizes."""
         os.makedirs(self.root, exist_ok=True)
         with holding_root(self.root):  # a second gen or bench here waits (see holding_root)
+            clear_scratch(self.root)
             files = self.dataset_files()
             drop_damaged(self.root, files)
             room_for(self.root, [self], flag=flag)

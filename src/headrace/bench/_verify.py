@@ -16,13 +16,11 @@ import shutil
 import tempfile
 from collections.abc import Callable
 
-from headrace.bench._datagen import holding_root, record_sizes
+from headrace.bench._datagen import SCRATCH_PREFIX, clear_scratch, holding_root, record_sizes
 from headrace.bench._kind import Kind, make_kind, room_for
 
-__all__ = ["SCRATCH_PREFIX", "verify_dataset"]
+__all__ = ["verify_dataset"]
 
-#: The scratch folder's name under the root (a dot: no dataset's name starts with one).
-SCRATCH_PREFIX = ".headrace-verify-"
 _BLOCK = 1 << 20
 
 
@@ -42,17 +40,6 @@ def _same_bytes(a: str, b: str) -> bool:
         return False
 
 
-def _clear_scratch(root: str) -> None:
-    """Remove scratch folders a verify stopped by ``kill -9`` left (the caller holds
-    the root, so none is in use)."""
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(SCRATCH_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
 def verify_dataset(
     kind: Kind, progress: Callable[[int, int], None] | None = None, *, flag: str = "--root"
 ) -> list[str]:
@@ -61,7 +48,7 @@ def verify_dataset(
     file that differs. Returns the files replaced. Refused (``ConfigError``, ``flag``
     naming the folder) where the root has no room for the second copy."""
     with holding_root(kind.root):
-        _clear_scratch(kind.root)
+        clear_scratch(kind.root)
         scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=kind.root)
         try:
             fresh = make_kind(kind.workload, scratch)
