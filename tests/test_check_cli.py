@@ -399,3 +399,14 @@ def test_one_file_is_checked_as_a_dataset_of_that_file(
     printed = capsys.readouterr()
     assert "2 failed" in printed.out and "(a list)" not in printed.err + printed.out
     assert "Traceback" not in printed.err
+
+
+def test_a_missing_file_is_one_line_without_an_errno(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It printed "headrace check: [Errno 2] .../gone.npz: no such file": str() of an
+    # OSError(errno, message); the number is for code (exc.errno), not the user.
+    root = npz_files(tmp_path / "d", 1)
+    gone = str(tmp_path / "gone.npz")
+    assert main(["check", gone, str(root / "s00.npz"), "--format", "npz"]) == 2
+    assert capsys.readouterr().err == f"headrace check: {gone}: no such file\n"
