@@ -267,9 +267,15 @@ def test_gen_refusals(
             "s3://bkt/ds; to write one there: headrace gen WORKLOAD --root s3://bkt/ds)",
         ),
         ("bench", ["--root", "S3:bkt/ds", "--list"], "looks like the URL 's3://bkt/ds' mistyped"),
+        (
+            "bench",
+            ["--storage", "s3", "--storage-url", "s3:/bkt/ds"],
+            "--storage-url must look like s3://bucket/prefix (got 's3:/bkt/ds'; did you mean "
+            "'s3://bkt/ds'?)",
+        ),
     ],
 )
-def test_a_root_that_is_a_mistyped_url_is_refused(
+def test_a_mistyped_url_is_refused_naming_the_one_meant(
     command: str,
     args: list[str],
     message: str,
