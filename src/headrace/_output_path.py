@@ -35,6 +35,8 @@ def check_output_path(flag: str, path: str) -> None:
     # itself, and `bench --json /proc/r.json` ran its whole length as root, then failed.
     # So open it as the report will be: an existing file for append (nothing written,
     # its contents kept), a new one created and removed again.
+    if exists and not os.path.isfile(path):
+        return  # /dev/stdout, a FIFO (opening one blocks until its reader comes): as given
     try:
         fd = os.open(path, os.O_WRONLY | (os.O_APPEND if exists else os.O_CREAT | os.O_EXCL))
     except FileExistsError:

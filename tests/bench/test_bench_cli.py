@@ -779,6 +779,33 @@ def test_a_json_path_whose_folder_refuses_a_create_is_refused_before_the_run(
     assert not (tmp_path / "data").exists()
 
 
+def test_a_json_fifo_gets_the_report_once(tmp_path: Path) -> None:
+    # The check before the run opens a new or regular --json path to see that it can be
+    # written; a FIFO (`mkfifo r.json; jq . < r.json &`) is left to the write at the end:
+    # opened and closed before the run, its reader took the close for the end of the
+    # report, and the report's own open then waited for a reader that never came.
+    import json
+    import threading
+
+    fifo = tmp_path / "r.json"
+    os.mkfifo(fifo)
+    reads: list[str] = []
+
+    def reader() -> None:
+        for _ in range(2):  # each open of the write end, to its close
+            with open(fifo) as f:
+                reads.append(f.read())
+            if reads[-1]:
+                return
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    args = ["probe", str(tmp_path), "--size", "4M", "--ops", "8", "--json", str(fifo)]
+    assert main(args) == 0
+    thread.join(30)
+    assert len(reads) == 1 and json.loads(reads[0])["results"]
+
+
 def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:
     # --accelerators 4 printed one accelerator's demand only (the JSON had 4x), and a
     # small one as "0.0 MB/s per accelerator" (DLIO llama_7b at --record-scale 0.01).
