@@ -382,3 +382,31 @@ def test_tfrecord_shards_with_a_damaged_record_are_listed(
     out = capsys.readouterr().out
     assert "train-00001-of-00003: record 0 at offset 0: its data's CRC-32C" in out
     assert "5 failed" in out
+
+
+def test_one_file_is_checked_as_a_dataset_of_that_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `headrace check data/*.npz` where the glob matched one file (or one file named)
+    # was refused with the Python API's fix: "pass ['.../s00.npz'] (a list) to read this
+    # file alone", which the command line cannot give.
+    root = npz_files(tmp_path / "d", 2, bad=(1,))
+    args = ["--format", "npz", "--samples-per-file", "2"]
+    assert main(["check", str(root / "s00.npz"), *args]) == 0
+    printed = capsys.readouterr()
+    assert "s00.npz: 2 samples read in" in printed.out and "no problems" in printed.out
+    assert main(["check", str(root / "s01.npz"), *args]) == 1
+    printed = capsys.readouterr()
+    assert "2 failed" in printed.out and "(a list)" not in printed.err + printed.out
+    assert "Traceback" not in printed.err
+
+
+def test_a_missing_file_is_one_line_without_an_errno(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It printed "headrace check: [Errno 2] .../gone.npz: no such file": str() of an
+    # OSError(errno, message); the number is for code (exc.errno), not the user.
+    root = npz_files(tmp_path / "d", 1)
+    gone = str(tmp_path / "gone.npz")
+    assert main(["check", gone, str(root / "s00.npz"), "--format", "npz"]) == 2
+    assert capsys.readouterr().err == f"headrace check: {gone}: no such file\n"

@@ -19,6 +19,7 @@ bad argument, a listing that failed).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -160,8 +161,12 @@ def _source(args: argparse.Namespace) -> Any:
     # "x, y": the space is no part of a name (the dataset " y" was not found)
     names = [d.strip() for d in (args.datasets or "").split(",") if d.strip()]
     datasets = tuple(names) if names else None
+    # One local file (a shell glob that matched one) is a dataset of that file: FileSource
+    # takes a folder for a string, and the command refused it with the Python API's fix
+    # ("pass ['x.npy'] (a list) to read this file alone").
+    one = len(args.data) == 1 and not os.path.isfile(args.data[0])
     return FileSource(
-        args.data[0] if len(args.data) == 1 else args.data,
+        args.data[0] if one else args.data,
         store_options=options,
         format=args.format,
         samples_per_file=spf,

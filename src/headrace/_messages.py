@@ -16,6 +16,7 @@ __all__ = [
     "framework_missing",
     "object_field",
     "refuse_a_set",
+    "said",
     "unknown_keys",
     "write_json",
 ]
@@ -23,6 +24,15 @@ __all__ = [
 
 #: What a refusal of a damaged file says to do, after naming it and what is wrong.
 RECOPY = "copy the file again (a partial copy or download?) or leave it out"
+
+
+def said(exc: BaseException) -> str:
+    """``exc``'s message as a command prints it: an error made as ``OSError(errno,
+    message)`` (headrace's storage errors) reads "[Errno 2] x.npy: no such file" as
+    ``str()``; the number is for code (``exc.errno``), the message for the user."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is None:
+        return exc.strerror
+    return str(exc)
 
 
 def refuse_a_set(name: str, value: object, reads: str) -> None:

@@ -24,11 +24,31 @@ def check_output_path(flag: str, path: str) -> None:
         )
     # The report is opened for writing in place: a read-only (or immutable) file in a
     # writable folder failed only after the run.
-    if os.path.exists(path) and not os.access(path, os.W_OK):
+    exists = os.path.exists(path)
+    if exists and not os.access(path, os.W_OK):
         raise ConfigError(
             f"{flag} {path!r} is not writable (an existing read-only or immutable file); "
             "remove it or choose another path"
         )
+    # access() answers from the mode bits, and root passes them all: /proc, /sys, a FUSE
+    # mount without allow_root or an NFS export that squashes root refuse the create
+    # itself, and `bench --json /proc/r.json` ran its whole length as root, then failed.
+    # So open it as the report will be: an existing file for append (nothing written,
+    # its contents kept), a new one created and removed again.
+    if exists and not os.path.isfile(path):
+        return  # /dev/stdout, a FIFO (opening one blocks until its reader comes): as given
+    try:
+        fd = os.open(path, os.O_WRONLY | (os.O_APPEND if exists else os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return  # created meanwhile by someone else: theirs to keep
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {path!r} cannot be written ({exc.strerror}); choose a writable path, "
+            f"e.g. {flag} /tmp/{os.path.basename(path) or 'r.json'}"
+        ) from None
+    os.close(fd)
+    if not exists:
+        os.unlink(path)
 
 
 def refuse_output_over_input(flag: str, path: str, data: str, extensions: tuple[str, ...]) -> None:

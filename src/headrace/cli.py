@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 
 from headrace import __version__, errors
+from headrace._messages import said as _said
 
 __all__ = ["COMMANDS", "check", "command_parser", "main"]
 
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # was given and the fix; a traceback would bury it. One line: a message quoting
         # a parser's (PyYAML's spans lines) is joined, so scripts read it as one.
         # Notes (the other files that failed, the step being read) follow, "; " apart.
-        text = "; ".join([str(exc), *getattr(exc, "__notes__", [])])
+        text = "; ".join([_said(exc), *getattr(exc, "__notes__", [])])
         print(f"headrace {name}: {_LINE_BREAKS.sub(' ', text)}", file=sys.stderr)
         return 2
 

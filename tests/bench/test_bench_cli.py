@@ -209,7 +209,20 @@ def test_unknown_workload_and_variant_are_config_errors(
     assert main(["bench", "--root", str(tmp_path), "--workload", "token", "-q"]) == 2
     assert "unknown workload 'token' (did you mean 'tokens'?): not a" in capsys.readouterr().err
     assert main(["bench", "--root", str(tmp_path), "--variants", "fast", "-q"]) == 2
-    assert "unknown variant 'fast'" in capsys.readouterr().err
+    assert "unknown variant 'fast' for kind" in capsys.readouterr().err
+    # The nearest is named, as for a workload (it listed the known ones alone).
+    assert main(["bench", "--root", str(tmp_path), "--variants", "headrace-synk", "-q"]) == 2
+    assert "unknown variant 'headrace-synk' (did you mean 'headrace-sync'?) for kind 'tokens'" in (
+        capsys.readouterr().err
+    )
+    # A value that does not parse says what to give: it said "'x' is not a int like the
+    # reader's 8".
+    args = ["bench", "--root", str(tmp_path), "--variants", "naive", "--sweep", "prefetch=1,x"]
+    assert main([*args, *TINY]) == 2
+    assert (
+        "variant 'naive?prefetch=x': prefetch='x' is not a number, as the reader's prefetch is "
+        "(8); give one, e.g. prefetch=8" in capsys.readouterr().err
+    )
 
 
 def test_files_sets_how_many_files_and_only_for_files_workloads(
@@ -739,6 +752,58 @@ def test_an_unwritable_json_file_is_refused_before_the_run(
     assert f"--json '{unwritable_file}' is not writable" in captured.err
     assert "sha256" not in captured.out and "MB/s" not in captured.out  # nothing ran
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("command", ["bench", "probe", "check", "cache"])
+def test_a_json_path_whose_folder_refuses_a_create_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # /proc passes access(W_OK) for root (the mode bits; a FUSE mount without allow_root
+    # or a root-squashed NFS export does the same), but no file can be created in it: as
+    # root the run went its whole length, printed its figures, then failed "could not
+    # write /proc/headrace-r.json". (A user who is not root is refused by access().)
+    out = "/proc/headrace-r.json"
+    (tmp_path / "cache").mkdir()
+    args = {
+        "bench": ["bench", "--root", str(tmp_path / "data"), *TINY, "--no-isolate"],
+        "probe": ["probe", str(tmp_path), "--size", "4M", "--ops", "8"],
+        "check": ["check", str(tmp_path / "cache"), "--format", "npy"],
+        "cache": ["cache", str(tmp_path / "cache"), "--clear"],
+    }[command]
+    assert main([*args, "--json", out]) == 2
+    captured = capsys.readouterr()
+    assert f"--json {out!r}" in captured.err and "choose a writable path" in captured.err
+    assert "Traceback" not in captured.err
+    assert "sha256" not in captured.out and "MB/s" not in captured.out  # nothing ran
+    assert "removed" not in captured.out
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_json_fifo_gets_the_report_once(tmp_path: Path) -> None:
+    # The check before the run opens a new or regular --json path to see that it can be
+    # written; a FIFO (`mkfifo r.json; jq . < r.json &`) is left to the write at the end:
+    # opened and closed before the run, its reader took the close for the end of the
+    # report, and the report's own open then waited for a reader that never came.
+    import json
+    import threading
+
+    fifo = tmp_path / "r.json"
+    os.mkfifo(fifo)
+    reads: list[str] = []
+
+    def reader() -> None:
+        for _ in range(2):  # each open of the write end, to its close
+            with open(fifo) as f:
+                reads.append(f.read())
+            if reads[-1]:
+                return
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    args = ["probe", str(tmp_path), "--size", "4M", "--ops", "8", "--json", str(fifo)]
+    assert main(args) == 0
+    thread.join(30)
+    assert len(reads) == 1 and json.loads(reads[0])["results"]
 
 
 def test_the_demand_line_gives_what_n_accelerators_need(tmp_path: Path) -> None:

@@ -245,6 +245,63 @@ def test_gen_refusals(
     assert not any(":" in p.name for p in tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("command", "args", "message"),
+    [
+        (
+            "gen",
+            ["--root", "s3:/bkt/ds"],
+            "--root 's3:/bkt/ds' looks like the URL 's3://bkt/ds' mistyped, and would be "
+            "created as a local folder of that name: did you mean --root s3://bkt/ds? For "
+            "such a local folder give --root ./s3:/bkt/ds",
+        ),
+        (
+            "gen",
+            ["--root", "s3://bkt/ds", "--staging", "gs:stage"],
+            "--staging 'gs:stage' looks like the URL 'gs://stage' mistyped",
+        ),
+        (
+            "bench",
+            ["--root", "s3:/bkt/ds"],
+            "--root takes a local folder (a dataset on S3: --storage s3 --storage-url "
+            "s3://bkt/ds; to write one there: headrace gen WORKLOAD --root s3://bkt/ds)",
+        ),
+        ("bench", ["--root", "S3:bkt/ds", "--list"], "looks like the URL 's3://bkt/ds' mistyped"),
+        (
+            "bench",
+            ["--storage", "s3", "--storage-url", "s3:/bkt/ds"],
+            "--storage-url must look like s3://bucket/prefix (got 's3:/bkt/ds'; did you mean "
+            "'s3://bkt/ds'?)",
+        ),
+    ],
+)
+def test_a_mistyped_url_is_refused_naming_the_one_meant(
+    command: str,
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `gen npz --root s3:/bkt/ds` (one slash) wrote the dataset into a new local folder
+    # ./s3:/bkt/ds and exited 0, the user believing it uploaded; `bench --root s3:/bkt/ds`
+    # ran its whole length there.
+    monkeypatch.chdir(tmp_path)
+    workload = (
+        ["-w", toml(tmp_path, "npz"), "--no-isolate"]
+        if command == "bench"
+        else [toml(tmp_path, "npz")]
+    )
+    assert main([command, *workload, "-q", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["npz.toml"]  # nothing written
+    # A folder of that name, made on purpose, is used (./ spells it as one).
+    if command == "gen" and "--staging" not in args:
+        assert main(["gen", toml(tmp_path, "npz"), "-q", "--root", "./s3:/bkt/ds"]) == 0
+        assert list((tmp_path / "s3:" / "bkt" / "ds").rglob("*.npz"))
+
+
 def test_a_file_url_that_cannot_be_a_folder_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -522,3 +579,107 @@ def test_a_root_that_refuses_the_sidecar_still_serves_its_token_file(
     monkeypatch.setattr(tokens_kind, "write_token_sidecar", refused)
     assert main(["gen", "tokens", "--token-file-gib", "0.0005", "--root", root, "-q"]) == 0
     assert not os.path.exists(kind.path + ".json") and os.path.getsize(kind.path) > 0
+
+
+def test_a_second_gen_into_the_same_folder_waits_for_the_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two gens into one folder wrote each file's NAME.part at once: the first renamed it
+    # into place while the second still wrote into it (a torn file, had the second
+    # stopped there), and the second failed "0000001.npz.part: No such file or directory"
+    # (seen with two `headrace gen npz --root d` started together). The first gen is
+    # stood in for by a lock on the folder and a half-written file under the shared name.
+    import fcntl
+
+    root = tmp_path / "d"
+    root.mkdir()
+    wl = toml(tmp_path, "npz")
+    kind = make_kind(load_workload(wl), str(root))
+    first = kind.files()[0]
+    os.makedirs(os.path.dirname(first))
+    Path(first + ".part").write_bytes(b"PK\x03\x04 half")
+    held = os.open(root, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    codes: list[int] = []
+    second = threading.Thread(target=lambda: codes.append(main(["gen", wl, "--root", str(root)])))
+    second.start()
+    try:
+        err, deadline = "", time.monotonic() + 30
+        while "waiting for another headrace gen" not in err:
+            assert second.is_alive(), f"the second gen did not wait: {err}"
+            assert time.monotonic() < deadline, err
+            time.sleep(0.01)
+            err += capsys.readouterr().err
+        assert f"writing datasets under {root}" in err
+        assert [p.name for p in root.rglob("*") if p.is_file()] == ["0000000.npz.part"]
+        # The first gen ends: its file renamed into place whole.
+        whole = kind._file_bytes(0)
+        Path(first + ".part").write_bytes(whole)
+        os.replace(first + ".part", first)
+    finally:
+        os.close(held)  # and with it the lock
+        second.join(60)
+    assert codes == [0]
+    assert Path(first).read_bytes() == whole
+    assert not list(root.rglob("*.part"))
+    assert [Path(p).read_bytes() for p in kind.files()] == [
+        kind._file_bytes(i) for i in range(len(kind.files()))
+    ]
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_verify_rewrites_exactly_a_file_changed_in_place(name: str, tmp_path: Path) -> None:
+    # A file changed at its size (a block overwritten, a bad copy) passed a rerun as
+    # whole, and a bench run read it: other figures, or a decode failing mid-run.
+    root = tmp_path / "d"
+    wl = toml(tmp_path, name)
+    assert main(["gen", wl, "--root", str(root), "-q"]) == 0
+    kind = make_kind(load_workload(wl), str(root))
+    want = digest(kind, WORKLOADS[name][1])
+    files = kind.dataset_files()
+    victim = max(files, key=os.path.getsize)
+    before = {p: (os.stat(p).st_ino, Path(p).read_bytes()) for p in files}
+    with open(victim, "r+b") as f:
+        f.seek(os.path.getsize(victim) // 2)
+        f.write(b"\xa5" * 8)
+    assert main(["gen", wl, "--root", str(root), "-q"]) == 0  # kept: same size
+    assert Path(victim).read_bytes() != before[victim][1]
+    assert main(["gen", wl, "--root", str(root), "-q", "--verify"]) == 0
+    assert Path(victim).read_bytes() == before[victim][1]
+    # Exactly that file: the others are the same files, untouched.
+    inodes = {p: os.stat(p).st_ino for p in files}
+    assert {p: i for p, i in inodes.items() if p != victim} == {
+        p: ino for p, (ino, _) in before.items() if p != victim
+    }
+    assert not [p for p in root.iterdir() if p.name.startswith(".headrace-verify-")]
+    assert digest(make_kind(load_workload(wl), str(root)), WORKLOADS[name][1]) == want
+    # Verified again: nothing differs, nothing is replaced.
+    assert main(["gen", wl, "--root", str(root), "-q", "--verify"]) == 0
+    assert {p: os.stat(p).st_ino for p in files} == inodes
+
+
+def test_verify_says_what_it_rewrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "d"
+    wl = toml(tmp_path, "npz")
+    assert main(["gen", wl, "--root", str(root), "-q", "--verify"]) == 0
+    assert (
+        capsys.readouterr()
+        .out.strip()
+        .endswith("verified against a fresh copy: every file the same")
+    )
+    kind = make_kind(load_workload(wl), str(root))
+    victim = kind.files()[1]
+    with open(victim, "r+b") as f:
+        f.seek(200)
+        f.write(b"\x00\x01")
+    assert main(["gen", wl, "--root", str(root), "-q", "--verify"]) == 0
+    rel = os.path.relpath(victim, root)
+    said = f"verified against a fresh copy: 1 changed in place, written again ({rel})"
+    assert capsys.readouterr().out.strip().endswith(said)
+    # A verify stopped by kill -9 leaves its scratch copy: the next gen (or bench) that
+    # holds the root removes it.
+    stale = root / ".headrace-verify-x1y2"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "0000000.npz").write_bytes(b"x")
+    assert main(["gen", wl, "--root", str(root), "-q"]) == 0
+    assert not stale.exists()

@@ -107,6 +107,14 @@ def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert "0 bytes is too small to probe" in capsys.readouterr().err
     assert main(["probe", "/dev/null"]) == 2  # said "no such file or directory"
     assert "not a regular file or a folder (a device?); give a file" in capsys.readouterr().err
+    # A scheme's typo: said "no such file or directory" alone, or that S3:// is no URL.
+    assert main(["probe", "s3:/bkt/train.bin"]) == 2
+    assert (
+        "s3:/bkt/train.bin: no such file or directory (read as a local path: did you mean "
+        "'s3://bkt/train.bin'?); give a file" in capsys.readouterr().err
+    )
+    assert main(["probe", "S3://bkt/train.bin"]) == 2
+    assert "nor a local path; did you mean 's3://bkt/train.bin'?" in capsys.readouterr().err
     assert main(["probe", "ftp://host/x"]) == 2  # said "ftp:/host/x: no such file"
     assert "ftp://host/x: not a URL headrace probes" in capsys.readouterr().err
 

@@ -233,7 +233,12 @@ def test_a_variant_option_may_set_a_reader_key_the_file_leaves_at_its_default(
         measure_pass(kind, "headrace?odirect=true", 4),
     )
     assert direct["digest"] == plain["digest"]
-    with pytest.raises(ConfigError, match=r"'ture' is not a bool like the reader's False"):
+    # It said "'ture' is not a bool like the reader's False": the type, not what to give.
+    with pytest.raises(
+        ConfigError,
+        match=r"odirect='ture' is not true or false, as the reader's odirect is \(False\); "
+        r"give one, e.g. odirect=false",
+    ):
         measure_pass(kind, "headrace?odirect=ture", 4)
     with pytest.raises(ConfigError, match=r"option 'odirekt' \(did you mean 'odirect'\?\)"):
         measure_pass(kind, "headrace?odirekt=true", 4)

@@ -36,6 +36,7 @@ from headrace.bench._runner import Interrupted, Progress, RunOptions, run_worklo
 from headrace.bench._slowfs_run import fuse_check
 from headrace.bench._workload import Workload, naming
 from headrace.errors import ConfigError, HeadraceError
+from headrace.io._file import url_typo
 
 __all__ = [
     "check",
@@ -43,6 +44,7 @@ __all__ = [
     "configure",
     "default_root",
     "prepare_root",
+    "refuse_url_typo",
     "run",
     "url_scheme",
 ]
@@ -143,6 +145,30 @@ def url_scheme(root: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
+def refuse_url_typo(flag: str, root: str, meant_flag: str | None = None) -> None:
+    """Refuse a folder not there yet whose name is an object URL with a typo in its
+    scheme (``s3:/bucket/x``, ``s3:bucket/x``): ``gen --root s3:/bkt/ds`` wrote the
+    dataset into a new local folder ``./s3:/bkt/ds`` and exited 0, and ``bench --root``
+    ran its whole length there. ``meant_flag``: the flag that takes the URL (gen's
+    ``--root``); else the message says where a URL goes. One that exists is used."""
+    meant = url_typo(root)
+    if meant is None or os.path.lexists(root):
+        return
+    if meant_flag:
+        where = f"did you mean {meant_flag} {meant}?"
+    elif flag == "--root":
+        where = (
+            f"{flag} takes a local folder (a dataset on S3: --storage s3 --storage-url "
+            f"{meant}; to write one there: headrace gen WORKLOAD --root {meant})."
+        )
+    else:
+        where = f"{flag} takes a local folder."
+    raise ConfigError(
+        f"{flag} {root!r} looks like the URL {meant!r} mistyped, and would be created as a "
+        f"local folder of that name: {where} For such a local folder give {flag} ./{root}"
+    )
+
+
 def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
     """Create the dataset folder, or say why it cannot be used, before anything runs.
 
@@ -155,6 +181,7 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
             "S3 use --storage s3 --storage-url s3://BUCKET/PREFIX; to write one to an object "
             "store use 'headrace gen WORKLOAD --root URL'"
         )
+    refuse_url_typo(flag, root)
     if os.path.exists(root) and not os.path.isdir(root):  # makedirs said "File exists"
         raise ConfigError(
             f"{flag} {root!r} is a file, not a folder: give the folder that holds (or is to "
@@ -366,6 +393,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     root = args.root or default_root()
     # Refused with --list too: it lists the workloads a run with these options would run.
     check_ranges(args)
+    refuse_url_typo("--root", root)
     refuse_scales_without_dlio(args)
     refuse_workloads_with_dlio(args)
     parse_accelerators(args.accelerators)

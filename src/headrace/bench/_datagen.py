@@ -9,8 +9,11 @@ interrupted write resumes at the last whole chunk instead of starting over.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import shutil
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,8 +24,11 @@ from headrace.errors import ConfigError
 
 __all__ = [
     "Progress",
+    "SCRATCH_PREFIX",
     "check_room",
+    "clear_scratch",
     "drop_damaged",
+    "holding_root",
     "is_complete",
     "mark_complete",
     "record_sizes",
@@ -68,6 +74,66 @@ def written_whole(path: str) -> Iterator[str]:
             os.unlink(tmp)
         raise
     os.replace(tmp, path)
+
+
+#: The roots this process holds (:func:`holding_root`): a second flock on another
+#: descriptor of the same folder would wait for this process itself.
+_HELD: set[str] = set()
+
+
+@contextlib.contextmanager
+def holding_root(root: str) -> Iterator[None]:
+    """Hold ``root`` (an existing folder) alone while its datasets are written: an
+    exclusive ``flock`` on the folder itself, so that a second ``headrace gen`` or
+    ``bench`` writing there waits, then finds the files written and keeps them.
+
+    Without it two gens into one folder wrote each file's ``NAME.part`` at once: the
+    first renamed it into place while the second still wrote into it (a torn file, had
+    the second stopped there), and the second failed ``NAME.part: No such file or
+    directory``. The kernel drops the lock with its process, a ``kill -9`` too, so no
+    lock file is left to clear. Where the filesystem has no ``flock`` (some network
+    mounts) the write goes on unlocked, as it did before.
+    """
+    key = os.path.realpath(root)
+    if key in _HELD:
+        yield
+        return
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"headrace: waiting for another headrace gen or bench writing datasets under "
+                f"{root} (it holds the folder's lock; Ctrl-C stops this one)",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no flock on this filesystem: unlocked, as before
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+    finally:
+        os.close(fd)  # and with it the lock
+
+
+#: ``gen --verify``'s scratch folder under a root (a dot: no dataset's name has one).
+SCRATCH_PREFIX = ".headrace-verify-"
+
+
+def clear_scratch(root: str) -> None:
+    """Remove the scratch folders of a ``gen --verify`` stopped by ``kill -9`` (a second
+    copy of a dataset; the caller holds the root, so none is in use)."""
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 SIZES = ".headrace-sizes.json"

@@ -25,7 +25,13 @@ from headrace.bench._args import (
     refuse_unused_sizes,
     size_changes,
 )
-from headrace.bench._cli import _progress, default_root, prepare_root, url_scheme
+from headrace.bench._cli import (
+    _progress,
+    default_root,
+    prepare_root,
+    refuse_url_typo,
+    url_scheme,
+)
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._overrides import dlio_from_args
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
@@ -72,6 +78,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--token-file-gib", type=float, help="tokens, megatron: token file size in GiB"
     )
     parser.add_argument("--files", type=int, help="jpeg, npz, hdf5, parquet: how many files")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="also compare every file with a fresh copy written beside it and replace those "
+        "that differ (a file changed in place at its size; a rerun alone rewrites only "
+        "missing files and files of another size): as slow as writing the dataset, and "
+        "needs room for a second copy",
+    )
     parser.add_argument("--quiet", "-q", action="store_true")
 
 
@@ -173,6 +187,10 @@ def check(args: argparse.Namespace) -> Workload:
             "--staging and --endpoint go with --root URL (an object store, e.g. "
             f"--root s3://bucket/prefix); --root {root!r} is a local folder"
         )
+    if scheme is None:
+        refuse_url_typo("--root", root, "--root")
+    if args.staging:
+        refuse_url_typo("--staging", args.staging)
     if scheme is not None and scheme not in WRITABLE_SCHEMES:
         raise ConfigError(
             f"--root {root!r}: cannot write to {scheme}:// URLs; use a local folder or one "
@@ -186,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
     scheme = url_scheme(root)
     uploaded: Uploaded | None = None
-    hint = ""
+    hint = verified = ""
     writing = root  # where files are being written, for errors that do not say
     try:
         with ExitStack() as stack:
@@ -211,6 +229,23 @@ def run(args: argparse.Namespace) -> int:
                         progress(f"gen {kind.workload.name}", done, total)
 
                 kind.write(step, flag="--root" if store is None else "--staging")
+                if args.verify:
+                    from headrace.bench._verify import verify_dataset
+
+                    def checked(done: int, total: int) -> None:
+                        if progress:
+                            progress(f"verify {kind.workload.name}", done, total)
+
+                    replaced = verify_dataset(
+                        kind, checked, flag="--root" if store is None else "--staging"
+                    )
+                    verified = "; verified against a fresh copy: " + (
+                        f"{len(replaced)} changed in place, written again ("
+                        + ", ".join(os.path.relpath(p, kind.root) for p in replaced)
+                        + ")"
+                        if replaced
+                        else "every file the same"
+                    )
                 if store is not None:
 
                     def sent(state: Uploaded, done: int, total: int) -> None:
@@ -238,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{kind.workload.name}: {n} file{'' if n == 1 else 's'}, "
             f"{kind.dataset_bytes():,} bytes "
-            f"under {kind.root}"
+            f"under {kind.root}{verified}"
         )
         return 0
     n = uploaded.written + uploaded.skipped
@@ -252,6 +287,6 @@ def run(args: argparse.Namespace) -> int:
             if uploaded.replaced
             else ""
         )
-        + f"; local copy under {kind.root}{hint}"
+        + f"; local copy under {kind.root}{verified}{hint}"
     )
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import math
@@ -24,7 +25,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import unknown_keys
-from headrace.bench._datagen import check_room, drop_damaged, record_sizes
+from headrace.bench._datagen import (
+    check_room,
+    clear_scratch,
+    drop_damaged,
+    holding_root,
+    record_sizes,
+)
 from headrace.bench._storage import Storage
 from headrace.bench._workload import Section, Workload, naming, refuse
 from headrace.errors import ConfigError
@@ -274,9 +281,11 @@ class Kind:
         for text in workload.variants:
             spec = VariantSpec.parse(text)
             if spec.name not in self.openers:
+                close = difflib.get_close_matches(spec.name, sorted(self.openers), n=1)
                 raise ConfigError(
-                    f"workload {workload.name!r}: unknown variant {spec.name!r} for kind "
-                    f"{workload.kind!r}; known: {sorted(self.openers)}"
+                    f"workload {workload.name!r}: unknown variant {spec.name!r}"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f" for kind {workload.kind!r}; known: {sorted(self.openers)}"
                 )
 
     @classmethod
@@ -347,11 +356,14 @@ class Kind:
         the one it had when last written whole, and refusing (before writing anything) a
         dataset whose missing bytes the filesystem has no room for (``flag`` names the
         folder in that error); then remember the sizes."""
-        files = self.dataset_files()
-        drop_damaged(self.root, files)
-        room_for(self.root, [self], flag=flag)
-        self.generate(progress)
-        record_sizes(self.root, self.dataset_files())
+        os.makedirs(self.root, exist_ok=True)
+        with holding_root(self.root):  # a second gen or bench here waits (see holding_root)
+            clear_scratch(self.root)
+            files = self.dataset_files()
+            drop_damaged(self.root, files)
+            room_for(self.root, [self], flag=flag)
+            self.generate(progress)
+            record_sizes(self.root, self.dataset_files())
 
     def files(self) -> list[str]:
         """The dataset's files (after :meth:`generate`)."""
@@ -433,7 +445,7 @@ class Kind:
         current = {
             k: v for k, v in {**getattr(reader, "defaults", {}), **reader}.items() if k not in _RUN
         }
-        over = {k: _like(current[k], v, spec) for k, v in vs.options.items() if k in current}
+        over = {k: _like(current[k], v, spec, k) for k, v in vs.options.items() if k in current}
         kind = self
         if any(current[k] != v for k, v in over.items()):
             kind = type(self).make(self.workload.replace(reader=over), self.root)
@@ -547,7 +559,7 @@ _RUN = frozenset(
 )
 
 
-def _like(current: Any, text: str, spec: str) -> Any:
+def _like(current: Any, text: str, spec: str, key: str) -> Any:
     """``text`` parsed as the type of the reader value it overrides."""
     try:
         if isinstance(current, bool):
@@ -570,9 +582,13 @@ def _like(current: Any, text: str, spec: str) -> Any:
                 if math.isfinite(number):
                     return number
     except ValueError as exc:
+        # It said "'x' is not a int like the reader's 8": the type's name, not what to give.
+        what = {bool: "true or false", int: "a number", float: "a number"}
         raise ConfigError(
-            f"variant {spec!r}: {text!r} is not a {type(current).__name__} like the reader's "
-            f"{current!r}"
+            f"variant {spec!r}: {key}={text!r} is not {what[type(current)]}, as the "
+            f"reader's {key} is ({current!r}); give one, e.g. {key}={current!r}".replace(
+                "=True", "=true"
+            ).replace("=False", "=false")
         ) from exc
     return text
 

@@ -44,6 +44,7 @@ import numpy as np
 from headrace.bench._probe_table import BLOCK, table
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
+from headrace.io._file import url_typo
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 from headrace.io._resident import drop_pages, resident_ranges
 from headrace.io._uring import ring_pool
@@ -546,9 +547,10 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
     elif "://" in args.path:
+        meant = url_typo(args.path)  # S3://b/k: schemes are matched in lower case
         _say(
             f"{args.path}: not a URL headrace probes (s3://, gs://, az://, http(s)://, "
-            "file://), nor a local path",
+            "file://), nor a local path" + (f"; did you mean {meant!r}?" if meant else ""),
         )
         return 2
     elif target.exists():
@@ -558,9 +560,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     else:
+        # s3:/b/k (one slash) was read as a local path and said "no such file" alone.
+        meant = url_typo(args.path)
         _say(
-            f"{target}: no such file or directory; give a file to probe, a folder to write "
-            "a scratch file in (--size), or an object URL (s3://bucket/key)",
+            f"{args.path}: no such file or directory"
+            + (f" (read as a local path: did you mean {meant!r}?)" if meant else "")
+            + "; give a file to probe, a folder to write a scratch file in (--size), or an "
+            "object URL (s3://bucket/key)",
         )
         return 2
     try:

@@ -33,6 +33,7 @@ from headrace.bench._upload import (
     upload_files,
 )
 from headrace.errors import ConfigError, DataError, StorageError
+from headrace.io._file import url_typo
 
 __all__ = ["bench_s3", "endpoint_info", "split_s3_url", "upload"]
 
@@ -41,7 +42,11 @@ def split_s3_url(url: str) -> tuple[str, str]:
     """``s3://bucket/prefix`` -> (bucket, prefix without slashes at the ends)."""
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
-        raise ConfigError(f"--storage-url must look like s3://bucket/prefix (got {url!r})")
+        meant = url_typo(url)  # s3:/bkt/x (one slash): said "must look like" alone
+        raise ConfigError(
+            f"--storage-url must look like s3://bucket/prefix (got {url!r}"
+            + (f"; did you mean {meant!r}?)" if meant else ")")
+        )
     return parts.netloc, parts.path.strip("/")
 
 

@@ -30,6 +30,7 @@ from typing import Self
 from urllib.parse import urlsplit
 
 from headrace._closing import Closing
+from headrace._messages import said
 from headrace.emulate._proxy_faults import SLOW_DOWN, FaultRule, RuleState, error_body
 from headrace.emulate._proxy_http import (
     MAX_HEAD,
@@ -456,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_concurrent=args.max_concurrent,
         ).start()
     except HeadraceError as exc:  # a bad option or a port in use: a line, not a traceback
-        print(f"headrace-proxy: {exc}", file=sys.stderr)
+        print(f"headrace-proxy: {said(exc)}", file=sys.stderr)
         return 2
     with proxy:
         print(proxy.endpoint, flush=True)

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from headrace._messages import said
 from headrace.emulate._lifeline import on_parent_exit
 from headrace.emulate._mounts import is_mounted
 from headrace.emulate._slowfs_config import SlowFSConfig
@@ -470,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return serve(args.src, args.mnt, config, stats_file=args.stats_file)
     except HeadraceError as exc:
-        print(f"headrace emulate: {exc}", file=sys.stderr)
+        print(f"headrace emulate: {said(exc)}", file=sys.stderr)
         return 1
 
 
