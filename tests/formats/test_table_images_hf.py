@@ -61,9 +61,7 @@ def test_a_list_of_images_per_row_is_refused_as_such(tmp_path: Path, how: str) -
     assert got["label"].tolist() == [0, 1, 2]
 
 
-@pytest.mark.parametrize(
-    ("fmt", "named"), [("GIF", "GIF"), ("WEBP", "WebP"), ("BMP", "BMP"), ("TIFF", "TIFF")]
-)
+@pytest.mark.parametrize(("fmt", "named"), [("GIF", "GIF"), ("BMP", "BMP"), ("TIFF", "TIFF")])
 def test_an_image_format_other_than_jpeg_or_png_is_named(
     tmp_path: Path, fmt: str, named: str
 ) -> None:
@@ -78,10 +76,26 @@ def test_an_image_format_other_than_jpeg_or_png_is_named(
     with pytest.raises(
         FormatError,
         match=rf"t\.parquet: column 'image', row 2 \(sample 2\): not a JPEG \(nor a PNG\): "
-        rf"starts with .*; it is a {named} image, and headrace decodes JPEG and PNG only: "
-        r"re-encode it",
+        rf"starts with .*; it is a {named} image, and headrace decodes JPEG, PNG and WebP "
+        r"only: re-encode it",
     ):
         src.read(0, np.arange(4))
+
+
+def test_a_webp_row_decodes_as_pillow_opens_it(tmp_path: Path) -> None:
+    # Pillow's default WebP: lossy, RGB; an RGBA one keeps its alpha (as stored).
+    rgb, rgba = io.BytesIO(), io.BytesIO()
+    Image.open(io.BytesIO(_png(3))).save(rgb, "WEBP")
+    alpha = np.random.default_rng(4).integers(0, 256, (6, 8, 4), dtype=np.uint8)
+    Image.fromarray(alpha).save(rgba, "WEBP", lossless=True)
+    blobs = [_png(0), rgb.getvalue(), rgba.getvalue()]
+    features = datasets.Features({"image": datasets.Image()})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in blobs]})
+    ds.cast(features).to_parquet(str(tmp_path / "t.parquet"))
+    got = TableSource(tmp_path / "t.parquet", shuffle=False).read(0, np.arange(3))["image"]
+    for i, blob in enumerate(blobs):
+        assert np.array_equal(got[i], np.asarray(Image.open(io.BytesIO(blob)))), i
+    assert got[2].shape == (6, 8, 4)
 
 
 def _modes() -> dict[str, bytes]:
