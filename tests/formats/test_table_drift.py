@@ -12,7 +12,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.errors import FormatError, ObjectNotFoundError
+from headrace.errors import FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -144,3 +144,42 @@ def test_a_file_deleted_between_loaders_is_named_as_such(tmp_path: Path, suffix:
     msg = str(info.value)
     assert f"t{suffix}: no such file now; the table opened it before" in msg, msg
     assert "did you mean" not in msg
+
+
+@pytest.mark.parametrize(("suffix", "stats"), [(".parquet", 1), (".arrow", 2)])
+def test_a_read_stats_a_parquet_file_once_and_a_mapped_one_twice(
+    tmp_path: Path, suffix: str, stats: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mapped Arrow file is stat'ed before the read (a shrink would be SIGBUS) and after
+    # it (a write during it); a Parquet file, read not mapped, only after (was twice).
+    path = tmp_path / f"t{suffix}"
+    _write(path, 0, "rename")
+    src = TableSource(path, columns=["x"], shuffle=False)
+    assert src.read(0, np.arange(8))["x"].tolist() == list(range(8))
+    seen: list[str] = []
+    stat = os.stat
+
+    def counted(p: object, *args: object, **kw: object) -> os.stat_result:
+        seen.append(os.fspath(p))  # type: ignore[arg-type]
+        return stat(p, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", counted)
+    assert src.read(0, np.arange(16, 24))["x"].tolist() == list(range(16, 24))
+    assert seen.count(str(path)) == stats
+    monkeypatch.undo()
+    src.close()
+
+
+def test_a_parquet_file_that_shrank_is_said_to_have_shrunk(tmp_path: Path) -> None:
+    # Its read is no longer preceded by a size check: the failed read (or the check after
+    # a read that got its bytes) says it shrank, as that check did.
+    path = tmp_path / "t.parquet"
+    _write(path, 0, "rename")
+    src = TableSource(path, columns=["x"], shuffle=False)
+    assert src.read(0, np.arange(8))["x"].tolist() == list(range(8))
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    for rows in (np.arange(56, 64), np.arange(8)):  # a group cut off; one read before
+        with pytest.raises(ReadEOFError, match=rf"t\.parquet: the file shrank from {size} to"):
+            src.read(0, rows)
+    src.close()
