@@ -183,3 +183,23 @@ def test_a_parquet_file_that_shrank_is_said_to_have_shrunk(tmp_path: Path) -> No
         with pytest.raises(ReadEOFError, match=rf"t\.parquet: the file shrank from {size} to"):
             src.read(0, rows)
     src.close()
+
+
+def test_a_parquet_group_read_in_sub_windows_that_shrank_is_said_to_have_shrunk(
+    tmp_path: Path,
+) -> None:
+    # A row group larger than a window is streamed in sub-windows: its failed read too.
+    path = tmp_path / "t.parquet"
+    n = 1 << 19  # 4 MiB: more than the stream's 1 MiB buffer
+    table = pa.table({"x": pa.array(np.arange(n, dtype=np.int64))})
+    pq.write_table(table, path, compression="none", use_dictionary=False,
+                   write_statistics=False, row_group_size=n, data_page_size=1 << 16)  # fmt: skip
+    src = TableSource(path, columns=["x"], shuffle="window", window_rows=1 << 16)
+    first = src.read(0, np.arange(8))["x"]
+    size = path.stat().st_size
+    os.truncate(path, size // 16)  # every sub-window's bytes but a part of the first
+    with pytest.raises(ReadEOFError, match=rf"t\.parquet: the file shrank from {size} to"):
+        for lo in range(1 << 16, n, 1 << 16):  # other windows than the one read (cached)
+            src.read(0, np.arange(lo, lo + 8))
+    assert len(first) == 8
+    src.close()
