@@ -398,6 +398,11 @@ def test_one_file_is_checked_as_a_dataset_of_that_file(
     assert main(["check", str(root / "s01.npz"), *args]) == 1
     printed = capsys.readouterr()
     assert "2 failed" in printed.out and "(a list)" not in printed.err + printed.out
+    # One sample is said so: "1 sample read", "checked 1 of 1 sample" (was "1 samples").
+    assert main(["check", str(root / "s00.npz"), "--format", "npz", "--batch-size", "1"]) == 0
+    printed = capsys.readouterr()
+    assert "s00.npz: 1 sample read in" in printed.out
+    assert "checked 1 of 1 sample (100%)\n" in printed.err
     assert "Traceback" not in printed.err
 
 

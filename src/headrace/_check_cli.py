@@ -326,7 +326,7 @@ def _progress() -> Any:
         pct = 100 * done // max(1, total)
         if pct >= last[0] + every or (pct == 100 and last[0] != 100):
             last[0] = pct
-            line = f"checked {done:,} of {total:,} samples ({pct}%)"
+            line = f"checked {done:,} of {total:,} sample{'' if total == 1 else 's'} ({pct}%)"
             sys.stderr.write(f"\r{line}" if tty else f"{line}\n")
             sys.stderr.flush()
 

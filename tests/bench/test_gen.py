@@ -267,6 +267,12 @@ def test_gen_refusals(
             "s3://bkt/ds; to write one there: headrace gen WORKLOAD --root s3://bkt/ds)",
         ),
         ("bench", ["--root", "S3:bkt/ds", "--list"], "looks like the URL 's3://bkt/ds' mistyped"),
+        ("gen", ["--root", "s3//bkt/ds"], "looks like the URL 's3://bkt/ds' mistyped"),
+        (
+            "bench",
+            ["--storage", "s3", "--storage-url", "s3//bkt/ds"],
+            "(got 's3//bkt/ds'; did you mean 's3://bkt/ds'?)",
+        ),
         (
             "bench",
             ["--storage", "s3", "--storage-url", "s3:/bkt/ds"],
@@ -298,8 +304,8 @@ def test_a_mistyped_url_is_refused_naming_the_one_meant(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["npz.toml"]  # nothing written
     # A folder of that name, made on purpose, is used (./ spells it as one).
     if command == "gen" and "--staging" not in args:
-        assert main(["gen", toml(tmp_path, "npz"), "-q", "--root", "./s3:/bkt/ds"]) == 0
-        assert list((tmp_path / "s3:" / "bkt" / "ds").rglob("*.npz"))
+        assert main(["gen", toml(tmp_path, "npz"), "-q", "--root", f"./{args[1]}"]) == 0
+        assert list((tmp_path / args[1]).rglob("*.npz"))
 
 
 def test_a_file_url_that_cannot_be_a_folder_is_refused(

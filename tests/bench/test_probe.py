@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -94,6 +95,32 @@ def test_probe_existing_file(tmp_path: Path) -> None:
     }
 
 
+def _no_constants(name: str) -> None:
+    raise AssertionError(f"the JSON holds {name}, which JSON readers refuse")
+
+
+def test_a_measurement_timed_0_s_has_no_rate_not_infinity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A clock that never moves: every measurement timed 0 s, whose rates were written
+    # as Infinity (json.dumps' default), a file jq and browsers refuse.
+    monkeypatch.setattr(probe_module, "time", SimpleNamespace(perf_counter=lambda: 5.0))
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(6 << 20))
+    out = tmp_path / "p.json"
+    assert main(["probe", str(f), "--ops", "32", "--json", str(out)]) == 0
+    report = json.loads(out.read_text(), parse_constant=_no_constants)
+    assert report["results"] and all(
+        r["seconds"] == 0 and r["ops_per_s"] is None and r["mb_per_s"] is None and r["verified"]
+        for r in report["results"]
+    )
+    printed = capsys.readouterr().out
+    n = len(report["results"])
+    assert f"note: {n} measurement(s) timed 0 s (quicker than the clock ticks): no rate" in printed
+    row = next(ln for ln in printed.splitlines() if ln.startswith("pread "))
+    assert row.split()[-3:] == ["-", "-", "yes"]
+
+
 def test_probe_errors(tmp_path: Path, capsys) -> None:
     assert main(["probe", str(tmp_path / "missing")]) == 2
     # what to give instead, too (it said "no such file or directory" alone)
@@ -113,6 +140,8 @@ def test_probe_errors(tmp_path: Path, capsys) -> None:
         "s3:/bkt/train.bin: no such file or directory (read as a local path: did you mean "
         "'s3://bkt/train.bin'?); give a file" in capsys.readouterr().err
     )
+    assert main(["probe", "s3//bkt/train.bin"]) == 2  # the colon left out: the same
+    assert "(read as a local path: did you mean 's3://bkt/train.bin'?)" in capsys.readouterr().err
     assert main(["probe", "S3://bkt/train.bin"]) == 2
     assert "nor a local path; did you mean 's3://bkt/train.bin'?" in capsys.readouterr().err
     assert main(["probe", "ftp://host/x"]) == 2  # said "ftp:/host/x: no such file"
@@ -150,7 +179,17 @@ def test_probe_unwritable_folder_and_bad_sizes_say_what_was_given(
     a_file = tmp_path / "f"
     a_file.write_bytes(b"x")
     assert main(["probe", str(tmp_path), "--size", "1M"]) == 2
-    assert "(got --row-bytes" in capsys.readouterr().err
+    assert (
+        f"--size must be at least 4M for the scratch file written in {tmp_path} (got --size "
+        "1,048,576 bytes)" in capsys.readouterr().err
+    )
+    assert main(["probe", str(tmp_path), "--ops", "0"]) == 2
+    assert "--row-bytes and --ops must be positive (got --row-bytes 4100, --ops 0)" in (
+        capsys.readouterr().err
+    )
+    # A file probed writes no scratch file: --size is not looked at (it was refused).
+    a_file.write_bytes(os.urandom(2 << 20))
+    assert main(["probe", str(a_file), "--size", "1M", "--ops", "8"]) == 0
 
 
 def test_probe_of_a_small_file_says_which_measurements_it_could_not_make(

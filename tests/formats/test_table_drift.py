@@ -12,7 +12,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from headrace.errors import FormatError, ObjectNotFoundError
+from headrace.errors import FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -144,3 +144,62 @@ def test_a_file_deleted_between_loaders_is_named_as_such(tmp_path: Path, suffix:
     msg = str(info.value)
     assert f"t{suffix}: no such file now; the table opened it before" in msg, msg
     assert "did you mean" not in msg
+
+
+@pytest.mark.parametrize(("suffix", "stats"), [(".parquet", 1), (".arrow", 2)])
+def test_a_read_stats_a_parquet_file_once_and_a_mapped_one_twice(
+    tmp_path: Path, suffix: str, stats: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A mapped Arrow file is stat'ed before the read (a shrink would be SIGBUS) and after
+    # it (a write during it); a Parquet file, read not mapped, only after (was twice).
+    path = tmp_path / f"t{suffix}"
+    _write(path, 0, "rename")
+    src = TableSource(path, columns=["x"], shuffle=False)
+    assert src.read(0, np.arange(8))["x"].tolist() == list(range(8))
+    seen: list[str] = []
+    stat = os.stat
+
+    def counted(p: object, *args: object, **kw: object) -> os.stat_result:
+        seen.append(os.fspath(p))  # type: ignore[arg-type]
+        return stat(p, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", counted)
+    assert src.read(0, np.arange(16, 24))["x"].tolist() == list(range(16, 24))
+    assert seen.count(str(path)) == stats
+    monkeypatch.undo()
+    src.close()
+
+
+def test_a_parquet_file_that_shrank_is_said_to_have_shrunk(tmp_path: Path) -> None:
+    # Its read is no longer preceded by a size check: the failed read (or the check after
+    # a read that got its bytes) says it shrank, as that check did.
+    path = tmp_path / "t.parquet"
+    _write(path, 0, "rename")
+    src = TableSource(path, columns=["x"], shuffle=False)
+    assert src.read(0, np.arange(8))["x"].tolist() == list(range(8))
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    for rows in (np.arange(56, 64), np.arange(8)):  # a group cut off; one read before
+        with pytest.raises(ReadEOFError, match=rf"t\.parquet: the file shrank from {size} to"):
+            src.read(0, rows)
+    src.close()
+
+
+def test_a_parquet_group_read_in_sub_windows_that_shrank_is_said_to_have_shrunk(
+    tmp_path: Path,
+) -> None:
+    # A row group larger than a window is streamed in sub-windows: its failed read too.
+    path = tmp_path / "t.parquet"
+    n = 1 << 19  # 4 MiB: more than the stream's 1 MiB buffer
+    table = pa.table({"x": pa.array(np.arange(n, dtype=np.int64))})
+    pq.write_table(table, path, compression="none", use_dictionary=False,
+                   write_statistics=False, row_group_size=n, data_page_size=1 << 16)  # fmt: skip
+    src = TableSource(path, columns=["x"], shuffle="window", window_rows=1 << 16)
+    first = src.read(0, np.arange(8))["x"]
+    size = path.stat().st_size
+    os.truncate(path, size // 16)  # every sub-window's bytes but a part of the first
+    with pytest.raises(ReadEOFError, match=rf"t\.parquet: the file shrank from {size} to"):
+        for lo in range(1 << 16, n, 1 << 16):  # other windows than the one read (cached)
+            src.read(0, np.arange(lo, lo + 8))
+    assert len(first) == 8
+    src.close()

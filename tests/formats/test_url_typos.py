@@ -26,7 +26,11 @@ MAKERS: dict[str, Callable[..., Any]] = {
 @pytest.mark.parametrize("kind", list(MAKERS))
 @pytest.mark.parametrize(
     ("given", "meant"),
-    [("s3:/bkt/d/x.bin", "s3://bkt/d/x.bin"), ("gs:bkt/x.bin", "gs://bkt/x.bin")],
+    [
+        ("s3:/bkt/d/x.bin", "s3://bkt/d/x.bin"),
+        ("gs:bkt/x.bin", "gs://bkt/x.bin"),
+        ("s3//bkt/d/x.bin", "s3://bkt/d/x.bin"),  # the colon left out: not recognised before
+    ],
 )
 def test_a_mistyped_url_is_told_what_it_was_likely_meant_to_be(
     kind: str, given: str, meant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -44,7 +48,11 @@ def test_a_mistyped_url_is_told_what_it_was_likely_meant_to_be(
 def test_url_typo_leaves_urls_and_plain_paths_alone() -> None:
     assert url_typo("S3://b/k") == "s3://b/k"
     assert url_typo("https:/host/a") == "https://host/a"
-    for path in ("s3://b/k", "data/x.bin", "/abs/x.bin", "C:/x.bin", "mailto:x", "s3:", None):
+    assert url_typo("s3//b/k") == url_typo("s3:///b/k") == "s3://b/k"
+    for path in (
+        *("s3://b/k", "data/x.bin", "/abs/x.bin", "C:/x.bin", "mailto:x", "s3:", None),
+        *("s3/b/k", "data//x.bin", "s3//", "./s3//b/k"),  # one slash, no scheme, no rest
+    ):
         assert url_typo(path) is None
 
 

@@ -492,6 +492,39 @@ def test_probe_an_object_fills_every_depth_it_names(
         assert r["in_flight_reached"] == r["in_flight"] and r["verified"], r
 
 
+def test_probe_an_object_timed_0_s_writes_no_infinity(
+    s3: S3Fixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A measurement timed 0 s (a clock that never moves here) wrote Infinity as its
+    rates, which JSON readers refuse: null now, and ``-`` in the table."""
+    from types import SimpleNamespace
+
+    from headrace.bench import _probe_objects
+    from headrace.cli import main
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"the JSON holds {name}")
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(_probe_objects, "SIZES", (4096,))
+    monkeypatch.setattr(_probe_objects, "time", SimpleNamespace(perf_counter=lambda: 5.0))
+    out = tmp_path / "probe.json"
+    args = ["probe", f"{s3.url}/big.bin", "--endpoint", s3.server.endpoint]
+    assert main([*args, "--row-bytes", "4096", "--ops", "16", "--json", str(out)]) == 0
+    report = json.loads(out.read_text(), parse_constant=no_constant)
+    assert report["results"] and all(
+        r["ops_per_s"] is None and r["mb_per_s"] is None and r["verified"]
+        for r in report["results"]
+    )
+    printed = capsys.readouterr().out
+    assert "timed 0 s (quicker than the clock ticks): no rate" in printed
+    assert "x one at a time" not in printed  # no gain to give without rates
+
+
 def _closed_while_reading(
     store: ObjectStore, read: Callable[[], object], n: int
 ) -> list[Exception]:

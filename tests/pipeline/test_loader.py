@@ -142,6 +142,54 @@ def test_resume_far_away_is_immediate(token_path: Path) -> None:
     assert ld.state_dict()["step"] == far + 3
 
 
+@pytest.mark.parametrize("prefetch", [0, 8])
+def test_the_last_step_read_is_the_last_whose_state_loads(token_path: Path, prefetch: int) -> None:
+    # States hold steps below 2**53: a loader reads up to step 2**53 - 2, whose state
+    # (2**53 - 1) loads, and refuses the next before reading it: its state would not.
+    last = 2**53 - 2
+    ref = loader(token_path)
+    ld = loader(token_path, prefetch=prefetch, steps=2**53 + 4)  # (an end, should it read on)
+    ld.load_state_dict({**ld.state_dict(), "step": last - 4})
+    got = []
+    with pytest.raises(StateError, match=r"step 9007199254740991 is past the last step a "):
+        for b in ld:
+            got.append(batch_digest([b]))
+    # Every step before it, also those in the refused step's chunk (1, 2, then 4 steps).
+    assert got == [batch_digest([ref.batch_at(t)]) for t in range(last - 4, last + 1)]
+    saved = ld.state_dict()
+    assert saved["step"] == last + 1
+    again = loader(token_path, prefetch=prefetch)
+    again.load_state_dict(saved)
+    with pytest.raises(StateError, match=r"below 2\*\*53.*load a state of an earlier step"):
+        next(iter(again))
+    assert again.state_dict()["step"] == last + 1
+
+
+def test_a_workers_chunks_end_at_the_last_step_whose_state_loads(token_path: Path) -> None:
+    # A worker's share, every third step: its last is the last below 2**53 - 1.
+    ld = loader(token_path, prefetch=0, step_stride=3, step_offset=1, steps=2**53 + 4)
+    ld.step = 2**53 - 30
+    got: list[int] = []
+    with pytest.raises(StateError, match=r"step 9007199254740991 is past"):
+        for steps, _ in ld.chunks():
+            got += steps
+    assert got == [t for t in range(2**53 - 30, 2**53 - 1) if t % 3 == 1]
+    assert ld.state_dict()["step"] == got[-1] + 1
+
+
+def test_a_chunk_past_the_sample_numbers_costs_nothing_before_it(token_path: Path) -> None:
+    # The chunk after is refused at planning: the one being read is handed out first.
+    top = (2**63 - 1) // 2048 - 1  # the last step of 2048 samples numbered below 2**63
+    ref = loader(token_path, batch_size=2048)
+    ld = loader(token_path, batch_size=2048, prefetch=0)
+    ld.step = top - 1  # chunks [top - 1], then [top, top + 1]: refused whole
+    got = []
+    with pytest.raises(ConfigError, match=rf"the largest step this batch size allows is {top}"):
+        for b in ld:
+            got.append(batch_digest([b]))
+    assert got == [batch_digest([ref.batch_at(top - 1)])]
+
+
 @pytest.mark.parametrize("world", [1, 2, 4, 8])
 def test_host_slices_union_to_global_batch(token_path: Path, world: int) -> None:
     glob = list(islice(iter(loader(token_path)), 10))

@@ -88,12 +88,22 @@ class Result:
     engine: str
     ops: int
     seconds: float
-    ops_per_s: float
-    mb_per_s: float
+    #: ``None`` (null) where the measurement timed 0 s (:func:`rates`)
+    ops_per_s: float | None
+    mb_per_s: float | None
     verified: bool
     #: the share of its requests whose pages were all in memory as it started (the
     #: rounds' mean): 0 where the drop worked; figures above 0 are partly memory reads
     cached_before: float
+
+
+def rates(ops: int, nbytes: int, seconds: float) -> tuple[float | None, float | None]:
+    """Requests and MB a second; ``None`` for a measurement timed at 0 s (quicker than
+    the clock ticks), whose rates would be infinite: JSON has no Infinity (Python wrote
+    it, and ``jq`` and browsers refuse the file)."""
+    if seconds <= 0:
+        return None, None
+    return round(ops / seconds, 1), round(nbytes / seconds / 1e6, 2)
 
 
 def _size(text: str) -> int:
@@ -416,6 +426,7 @@ def probe(
             continue
         nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
         shortest = min(len(plan[i, r]) for r in range(rounds) if plan[i, r])
+        ops_per_s, mb_per_s = rates(n, nbytes, s)
         results.append(
             Result(
                 mode=m.mode,
@@ -428,8 +439,8 @@ def probe(
                 engine=",".join(sorted(ran[i])),
                 ops=n,
                 seconds=round(s, 6),
-                ops_per_s=round(n / s, 1) if s > 0 else float("inf"),
-                mb_per_s=round(nbytes / s / 1e6, 2) if s > 0 else float("inf"),
+                ops_per_s=ops_per_s,
+                mb_per_s=mb_per_s,
                 verified=ok[i],
                 cached_before=round(float(np.mean(cached[i])), 4),
             )
@@ -492,10 +503,10 @@ def run(args: argparse.Namespace) -> int:
     from headrace.formats._file_list import is_object_url
 
     target = Path(args.path)
-    if args.row_bytes < 1 or args.ops < 1 or args.size < 4 * MiB:
+    if args.row_bytes < 1 or args.ops < 1:
         _say(
-            f"--row-bytes and --ops must be positive and --size at least 4M (got --row-bytes "
-            f"{args.row_bytes}, --ops {args.ops}, --size {args.size:,} bytes); e.g. --size 256M"
+            f"--row-bytes and --ops must be positive (got --row-bytes {args.row_bytes}, "
+            f"--ops {args.ops}); e.g. --row-bytes 4100 --ops 4096"
         )
         return 2
     if args.json is not None:
@@ -510,6 +521,14 @@ def run(args: argparse.Namespace) -> int:
     if target.is_dir():
         read_only = _unwritable(target)
         if read_only is None:
+            # Checked here, where the scratch file is written: a file or an object
+            # probed has no use for --size (it was refused all the same).
+            if args.size < 4 * MiB:
+                _say(
+                    f"--size must be at least 4M for the scratch file written in {target} "
+                    f"(got --size {args.size:,} bytes); e.g. --size 256M"
+                )
+                return 2
             why = _no_room(target, args.size)
             if why is not None:
                 _say(why)

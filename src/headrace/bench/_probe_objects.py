@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import Result
-from headrace.bench._probe_table import in_flight_cell, shallow_note
+from headrace.bench._probe import Result, rates
+from headrace.bench._probe_table import in_flight_cell, number_cell, shallow_note, untimed_note
 from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
@@ -93,6 +93,7 @@ def probe_object(
     results = []
     for i, (req, depth) in enumerate(meas):
         n, s = int(acc[i][0]), float(acc[i][1])
+        ops_per_s, mb_per_s = rates(n, n * req, s)
         results.append(
             _Result(
                 mode="get",
@@ -103,8 +104,8 @@ def probe_object(
                 engine="obstore",
                 ops=n,
                 seconds=round(s, 6),
-                ops_per_s=round(n / s, 1) if s > 0 else float("inf"),
-                mb_per_s=round(n * req / s / 1e6, 2) if s > 0 else float("inf"),
+                ops_per_s=ops_per_s,
+                mb_per_s=mb_per_s,
                 latency_p50_ms=round(1e3 * float(np.median(lat[i])), 2) if lat[i] else 0.0,
                 verified=ok[i],
                 cached_before=0.0,  # no local cache: every GET is the store's
@@ -145,7 +146,8 @@ def table(report: dict[str, Any]) -> str:
     ]
     lines.extend(
         f"{x['request_bytes']:>8} {in_flight_cell(x)} {x['ops']:>5} {x['seconds']:>8.3f} "
-        f"{x['ops_per_s']:>9,.1f} {x['mb_per_s']:>9.1f} {x['latency_p50_ms']:>10.1f}  "
+        f"{number_cell(x['ops_per_s'], '>9,.1f')} {number_cell(x['mb_per_s'], '>9.1f')} "
+        f"{x['latency_p50_ms']:>10.1f}  "
         f"{'yes' if x['verified'] else 'NO'}"
         for x in report["results"]
     )
@@ -155,16 +157,17 @@ def table(report: dict[str, Any]) -> str:
             by.get((req, 1)),
             max(
                 (x for x in report["results"] if x["request_bytes"] == req),
-                key=lambda x: x["mb_per_s"],
+                key=lambda x: x["mb_per_s"] or 0.0,
             ),
         )
-        if one and one["ops_per_s"] > 0:
+        if one and one["ops_per_s"] and deep["ops_per_s"]:
             lines.append(
                 f"{req:>8} B requests: best {deep['mb_per_s']:.1f} MB/s at "
                 f"{deep['in_flight_reached']} in flight = "
                 f"{deep['ops_per_s'] / one['ops_per_s']:.1f}x one at a time"
             )
     lines.extend(shallow_note(report["results"]))
+    lines.extend(untimed_note(report["results"]))
     lines.extend(
         f"skipped {x['request_bytes']}-byte requests: {x['reason']}"
         for x in report.get("skipped", [])

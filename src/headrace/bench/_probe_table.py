@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BLOCK", "in_flight_cell", "shallow_note", "table"]
+__all__ = ["BLOCK", "in_flight_cell", "number_cell", "shallow_note", "table", "untimed_note"]
 
 #: the probe's block: its 4 KiB random request, and O_DIRECT's alignment
 BLOCK = 4096
@@ -19,6 +19,24 @@ def in_flight_cell(x: dict[str, Any]) -> str:
     """The depth asked, marked ``*`` where no round had that many requests."""
     star = "*" if x["in_flight_reached"] < x["in_flight"] else " "
     return f"{x['in_flight']:>8}{star}"
+
+
+def number_cell(value: float | None, spec: str) -> str:
+    """``value`` formatted by ``spec``; ``-`` in its width where it is ``None`` (a rate
+    of a measurement timed 0 s)."""
+    if value is None:
+        return format("-", spec.split(",")[0].split(".")[0])
+    return format(value, spec)
+
+
+def untimed_note(results: list[dict[str, Any]]) -> list[str]:
+    untimed = [x for x in results if x["ops_per_s"] is None]
+    if not untimed:
+        return []
+    return [
+        f"note: {len(untimed)} measurement(s) timed 0 s (quicker than the clock ticks): "
+        "no rate for them (-, null in the JSON); raise --ops"
+    ]
 
 
 def shallow_note(results: list[dict[str, Any]]) -> list[str]:
@@ -57,8 +75,9 @@ def table(report: dict[str, Any]) -> str:
     ]
     lines.extend(
         f"{x['mode']:8} {x['engine'] or '-':7} {x['pattern']:10} {x['request_bytes']:>8} "
-        f"{in_flight_cell(x)} {x['ops']:>6} {x['seconds']:>8.3f} {x['ops_per_s']:>10,.0f} "
-        f"{x['mb_per_s']:>9.1f}  {'yes' if x['verified'] else 'NO'}"
+        f"{in_flight_cell(x)} {x['ops']:>6} {x['seconds']:>8.3f} "
+        f"{number_cell(x['ops_per_s'], '>10,.0f')} {number_cell(x['mb_per_s'], '>9.1f')}  "
+        f"{'yes' if x['verified'] else 'NO'}"
         for x in report["results"]
     )
     rate = {
@@ -105,6 +124,7 @@ def table(report: dict[str, Any]) -> str:
             "partly page-cache reads"
         )
     lines.extend(shallow_note(report["results"]))
+    lines.extend(untimed_note(report["results"]))
     few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
     if few:
         least = min(x["ops"] for x in few)

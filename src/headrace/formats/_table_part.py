@@ -338,10 +338,13 @@ class _Part:
         except FileNotFoundError:
             return
         if now < self.size:
-            raise ReadEOFError(
-                f"{self.path}: the file shrank from {self.size} to {now} bytes since it was "
-                "opened (rewritten or truncated under the run); its data is gone"
-            )
+            raise self._shrank(now)
+
+    def _shrank(self, now: int) -> ReadEOFError:
+        return ReadEOFError(
+            f"{self.path}: the file shrank from {self.size} to {now} bytes since it was "
+            "opened (rewritten or truncated under the run); its data is gone"
+        )
 
     def check_unchanged(self) -> None:
         """Refuse the rows just read unless the file is still the version opened (its
@@ -363,6 +366,8 @@ class _Part:
         except FileNotFoundError:
             return
         now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if st.st_size < self.size:  # as check_size says it (a Parquet read is not checked first)
+            raise self._shrank(st.st_size)
         if now != self._stamp:
             was = self._stamp
             raise FormatError(
@@ -393,10 +398,12 @@ class _Part:
                     exc.errno,
                     f"{self.path}: row group {i}: reading its bytes [{lo}, {hi}) failed: {exc}",
                 ) from exc
+            self.check_unchanged()  # shrunk or rewritten under the run: said so
             raise FormatError(
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
         except self._pa.ArrowException as exc:
+            self.check_unchanged()
             raise FormatError(
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
@@ -445,6 +452,7 @@ class _Part:
                     f"{self.path}: row group {i}: {what}: reading its bytes [{lo}, {hi}) "
                     f"failed: {exc}",
                 ) from exc
+            self.check_unchanged()  # shrunk or rewritten under the run: said so
             raise FormatError(
                 f"{self.path}: row group {i}: {what}: truncated or corrupt Parquet data ({exc}): "
                 f"{RECOPY}"

@@ -533,7 +533,10 @@ class Table(Closing):
             )
         for i in {int(self._spans.part[s]) for s in spans}:  # cached views map the file too
             part = self._parts[i]
-            if isinstance(part, _Part):
+            # Mapped (Arrow) files only: touching pages a truncation took away is SIGBUS.
+            # A Parquet file is read, not mapped: its read fails, or check_unchanged
+            # below finds the change; both say it shrank (one stat a read, not two).
+            if isinstance(part, _Part) and not part.parquet:
                 part.check_size()
         missing = [
             s for s in spans if needs_decode(self._parts, self._spans, self._cache, s, names)

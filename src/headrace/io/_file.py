@@ -50,13 +50,16 @@ def file_url_path(url: str) -> str:
     return rest
 
 
-_TYPO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/*(.*)", re.S)
+# A scheme, then a colon with any slashes (s3:/b, s3:b, S3://b) or slashes without the
+# colon (s3//b: a local path too, the folder s3/b, but never meant as one).
+_TYPO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)(?::/*|//+)(.*)", re.S)
 _SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "http", "https")
 
 
 def url_typo(path: object) -> str | None:
     """The object URL ``path`` was likely meant to be, where it is read as a local path
-    for a typo in its scheme (``s3:/b/k``, ``s3:b/k``, ``S3://b/k``); else ``None``."""
+    for a typo in its scheme (``s3:/b/k``, ``s3:b/k``, ``s3//b/k``, ``S3://b/k``); else
+    ``None``."""
     if not isinstance(path, str):
         return None
     m = _TYPO.fullmatch(path)

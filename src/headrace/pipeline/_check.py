@@ -88,7 +88,8 @@ class CheckReport:
         return self.complete and not self.problems
 
     def __str__(self) -> str:
-        head = f"{self.samples:,} samples read in {self.seconds:.1f} s: "
+        noun = "sample" if self.samples == 1 else "samples"
+        head = f"{self.samples:,} {noun} read in {self.seconds:.1f} s: "
         notes = [f"  note: {line}" for line in self.varied]
         if self.ok:
             return "\n".join([head + "no problems", *notes])

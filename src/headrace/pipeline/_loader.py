@@ -52,7 +52,7 @@ from headrace.pipeline._shutdown import (
     left_behind,
 )
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch
-from headrace.pipeline._steps import chunked, first_owned, remaining_steps, run_over
+from headrace.pipeline._steps import chunked, first_owned, remaining_steps, run_over, savable
 from headrace.pipeline._transform import Transform, apply_transform, checked_rows
 from headrace.plan import (
     LoaderState,
@@ -264,7 +264,7 @@ class Loader(Closing):
             t += k
 
     def _chunks(self, start: int) -> Iterator[list[int]]:
-        return chunked(self._own_steps(start), lambda: self.max_chunk_steps)
+        return savable(chunked(self._own_steps(start), lambda: self.max_chunk_steps))
 
     def _host_samples(self, steps: list[int]) -> NDArray[np.int64]:
         """This host's sample numbers of ``steps``, step after step, in plan or address
@@ -448,9 +448,15 @@ class Loader(Closing):
             # Told its share before its first read, a source reads only that from the start.
             self._prefetch(current[1])
         first = True
+        refused: Exception | None = None
         while current is not None:
             self._check_current(generation)
-            following = next(chunks, None)
+            try:
+                following = next(chunks, None)
+            except Exception as exc:
+                # The next chunk's steps refused (past the last a state can follow, or
+                # past the sample numbers): this chunk's batches are handed out first.
+                following, refused = None, exc
             self._followed_by(None if following is None else following[1])
             steps = current[0]
             try:
@@ -471,6 +477,8 @@ class Loader(Closing):
                 yield from self._transform_chunk(steps, raw)
             first = False
             current = following
+        if refused is not None:
+            raise refused
 
     def _transform_chunk(
         self, steps: list[int], raw: tuple[Batch, NDArray[np.int64], Batch]

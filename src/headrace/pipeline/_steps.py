@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-__all__ = ["chunked", "first_owned", "remaining_steps", "run_over"]
+from headrace.errors import StateError
+from headrace.plan import STEP_LIMIT
+
+__all__ = ["chunked", "first_owned", "remaining_steps", "run_over", "savable"]
 
 
 def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]:
@@ -26,6 +29,27 @@ def chunked(steps: Iterator[int], cap: Callable[[], int]) -> Iterator[list[int]]
             size = min(2 * size, cap())
     if chunk:
         yield chunk
+
+
+def savable(chunks: Iterator[list[int]]) -> Iterator[list[int]]:
+    """``chunks`` up to the last step whose state, the step after it, a state can hold
+    (below :data:`~headrace.plan.STEP_LIMIT`): the steps before it in that step's chunk
+    are handed out, then the step is refused, before a batch that no state could
+    follow is read."""
+    for chunk in chunks:
+        if chunk[-1] + 1 < STEP_LIMIT:
+            yield chunk
+            continue
+        kept = [t for t in chunk if t + 1 < STEP_LIMIT]
+        if kept:
+            yield kept
+        t = chunk[len(kept)]
+        raise StateError(
+            f"step {t} is past the last step a loader reads, {STEP_LIMIT - 2}: the state "
+            f"after it would name step {t + 1}, and a state's step is below 2**53 (JSON "
+            "readers that hold numbers as doubles keep no larger integer exact), so no "
+            "state could resume the run after it; load a state of an earlier step"
+        )
 
 
 def first_owned(step: int, stride: int = 1, offset: int = 0) -> int:

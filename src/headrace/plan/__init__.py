@@ -5,6 +5,7 @@ from headrace.plan._permute import Permutation, VisitOrders, cached_permutation,
 from headrace.plan._slicing import host_slice, step_samples
 from headrace.plan._state import (
     PLAN_VERSION,
+    STEP_LIMIT,
     LoaderState,
     array_state,
     fingerprint_digest,
@@ -19,6 +20,7 @@ __all__ = [
     "MixturePlan",
     "PLAN_VERSION",
     "Permutation",
+    "STEP_LIMIT",
     "VisitOrders",
     "WindowLayout",
     "WindowPlan",

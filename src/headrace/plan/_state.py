@@ -16,6 +16,7 @@ from headrace.plan._changes import NAMED_PARTS, changes, named_parts
 
 __all__ = [
     "PLAN_VERSION",
+    "STEP_LIMIT",
     "LoaderState",
     "array_state",
     "fingerprint_digest",
@@ -32,6 +33,10 @@ PLAN_VERSION = 2
 #: read on at ``step * batch_size``, other samples, silently; it refuses a version it
 #: does not know. A state without an origin stays :data:`PLAN_VERSION`.
 ORIGIN_VERSION = 3
+#: A state's step is below this: 2**53, past which JSON readers that hold numbers as
+#: doubles (JavaScript's, jq's) no longer keep every integer exact. A loader reads no
+#: step whose state, the step after it, would reach it (the last it reads is 2**53 - 2).
+STEP_LIMIT = 2**53
 
 
 def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
@@ -285,7 +290,7 @@ class LoaderState:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
-        if not 0 <= st.seed < 2**63 or not 0 <= st.step < 2**53 or st.batch_size < 1:
+        if not 0 <= st.seed < 2**63 or not 0 <= st.step < STEP_LIMIT or st.batch_size < 1:
             raise StateError(
                 f"loader state out of range: seed {st.seed} (expected [0, 2**63)), step "
                 f"{st.step} (expected [0, 2**53)), batch size {st.batch_size} (expected >= 1)"
