@@ -35,17 +35,14 @@ pytest.importorskip("datasets")
 pytest.importorskip("h5py")
 
 from _once_checks import CASES, KINDS, epoch_rows, identities, maker
-from _once_data import build
 from headrace.errors import ConfigError
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("once")
-    build(d)
-    return d
+@pytest.fixture
+def root(once_root: Path) -> Path:
+    return once_root
 
 
 @pytest.mark.parametrize(("kind", "shuffle"), CASES)

@@ -20,18 +20,16 @@ pytest.importorskip("datasets")
 pytest.importorskip("h5py")
 
 from _once_checks import CASES, SPLITS, epoch_rows, flat, identities, maker, run
-from _once_data import MIX_BATCH, build, mixture
+from _once_data import MIX_BATCH, mixture
 from headrace.errors import StateError
 from headrace.pipeline import Loader
 from headrace.pipeline._mixture import source_seed
 from headrace.plan import array_state
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("once")
-    build(d)
-    return d
+@pytest.fixture
+def root(once_root: Path) -> Path:
+    return once_root
 
 
 @pytest.mark.parametrize(("kind", "shuffle"), CASES)

@@ -531,12 +531,17 @@ class Table(Closing):
             fetched.update(
                 fetch_spans(self._parts, self._spans, self._cache, todo, names, self._reads(names))
             )
-        for i in {int(self._spans.part[s]) for s in spans}:  # cached views map the file too
-            part = self._parts[i]
+        # The local files these rows lie in (cached views map the file too).
+        local = [
+            p
+            for p in (self._parts[i] for i in {int(self._spans.part[s]) for s in spans})
+            if isinstance(p, _Part)
+        ]
+        for part in local:
             # Mapped (Arrow) files only: touching pages a truncation took away is SIGBUS.
             # A Parquet file is read, not mapped: its read fails, or check_unchanged
             # below finds the change; both say it shrank (one stat a read, not two).
-            if isinstance(part, _Part) and not part.parquet:
+            if not part.parquet:
                 part.check_size()
         missing = [
             s for s in spans if needs_decode(self._parts, self._spans, self._cache, s, names)
@@ -563,10 +568,8 @@ class Table(Closing):
             out[c] = gather(self._parts, self._spans, col, idx.size, groups, views, fill)
         if fill is None and self._maps:
             self.map_fill.gathered(time.perf_counter() - t0, idx.size)
-        for i in {int(self._spans.part[s]) for s in spans}:  # the rows are the version opened
-            part = self._parts[i]
-            if isinstance(part, _Part):
-                part.check_unchanged()
+        for part in local:  # the rows are the version opened
+            part.check_unchanged()
         return out
 
     def refuse_nulls(self, names: Sequence[str]) -> None:
