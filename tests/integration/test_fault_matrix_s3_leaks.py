@@ -58,4 +58,9 @@ def test_failed_opens_and_reads_leave_no_descriptor_or_thread(
                     src.close()
             proxy.set_faults([])
             held.append(_held())
-        assert held[-1] == held[0], f"{name}: {held[0]} then {held[-1]}"
+        # The proxy runs in this process: a connection it opens or drops between the
+        # counts moves them by one either way (56 then 55 once, 2026-12-04). A leak of
+        # one descriptor an attempt is three more after the fourth.
+        fds = [n for n, _ in held]
+        assert fds[-1] <= fds[0] + 1, f"{name}: {fds} descriptors after each attempt"
+        assert held[-1][1] == held[0][1], f"{name}: {held[0][1]} then {held[-1][1]}"
