@@ -5,6 +5,7 @@ Imported by ``tests/integration/conftest.py`` (fixtures) and by the tests.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterator
@@ -87,6 +88,9 @@ def hash_key(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
 
 
+# Memoised: bytes are immutable, and big.bin's 3 MiB cost 0.15 s of sha256 a call; the
+# tests compare against it some 30 times a session, and seed_objects once more.
+@functools.cache
 def expected(key: str) -> bytes:
     return payload(hash_key(key), OBJECTS[key])
 
