@@ -610,3 +610,27 @@ def test_a_builtin_dlio_workload_is_found_by_name_and_anything_else_is_refused(
         resolve_dlio(str(tmp_path))
     with pytest.raises(ConfigError, match=r"no such file; give .*cosmoflow_h100, resnet50_h100"):
         resolve_dlio(str(tmp_path / "unet3d_h100x.yaml"))  # a path is not looked up by name
+
+
+def test_flow_collections_nested_past_the_limit_are_refused_before_parsing_on(
+    tmp_path: Path,
+) -> None:
+    # 100,000 '[' took PyYAML's scanner 3.3 s of CPU to end in a RecursionError (its
+    # look-ahead walks every open level per token); now the 65th level is refused.
+    from headrace.bench._dlio import MAX_FLOW_DEPTH
+
+    path = tmp_path / "deep.yaml"
+    depth = MAX_FLOW_DEPTH
+    path.write_text("dataset: " + "[" * depth + "]" * depth + "\n")
+    with pytest.raises(ConfigError, match=r"deep\.yaml: dataset must be a mapping"):
+        dlio_workload(str(path))  # as deep as allowed: parsed, then refused as a DLIO file
+    path.write_text("dataset: " + "[" * (depth + 1) + "]" * (depth + 1) + "\n")
+    message = (
+        rf"deep\.yaml: not valid YAML \(more than {depth} nested '\[' or '\{{' in "
+        rf"\"{path}\", line 1, column {len('dataset: ') + depth + 1}\)"
+    )
+    with pytest.raises(ConfigError, match=message):
+        dlio_workload(str(path))
+    path.write_text("[" * 100_000)
+    with pytest.raises(ConfigError, match=rf"more than {depth} nested"):
+        dlio_workload(str(path))

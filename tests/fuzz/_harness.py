@@ -37,7 +37,8 @@ class Result:
 @dataclass(frozen=True)
 class Bucket:
     """Where remote targets' cases go: a bucket of an S3 endpoint (moto), a boto3 client
-    that writes to it, and the :class:`headrace.io.ObjectStore` options that read it."""
+    for a test's own objects, and the :class:`headrace.io.ObjectStore` options that read
+    and write it."""
 
     name: str
     client: Any
@@ -51,17 +52,21 @@ def _upload(bucket: Bucket, target: str, dirs: list[Path]) -> str:
     """Put every file of every case folder under ``fuzz/<target>-<n>/NNNN/``; the base URL."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from headrace.io import ObjectStore
+
     prefix = f"fuzz/{target}-{next(_uploads)}"
-
     root = dirs[0].parent  # every case folder is root/NNNN
-
-    def put(f: Path) -> None:
-        key = f"{prefix}/{f.relative_to(root).as_posix()}"
-        bucket.client.put_object(Bucket=bucket.name, Key=key, Body=f.read_bytes())
-
     files = [p for d in dirs for p in sorted(d.rglob("*")) if p.is_file()]
-    with ThreadPoolExecutor(8) as pool:  # one PUT at a time took a third of a target's run
-        list(pool.map(put, files))
+    # headrace's store rather than boto3: a fifth of boto3's CPU for the same PUTs (0.16
+    # against 0.76 s for 200 files, 2c), and the suite is CPU-bound. Eight at once: one
+    # PUT at a time took a third of a target's run.
+    with ObjectStore(f"s3://{bucket.name}", **bucket.options) as store:
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda f: store.put_file(f"{prefix}/{f.relative_to(root).as_posix()}", f), files
+                )
+            )
     return f"s3://{bucket.name}/{prefix}"
 
 

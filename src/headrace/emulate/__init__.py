@@ -9,13 +9,17 @@ any endpoint (``headrace emulate s3``).
 
 from __future__ import annotations
 
-from headrace.emulate._mounts import is_mounted
-from headrace.emulate._proxy import FaultRule, LatencyProxy, ProxyStats
-from headrace.emulate._s3 import LocalS3, S3Endpoint
-from headrace.emulate._slowfs_config import SlowFSConfig
-from headrace.emulate._slowfs_faults import ReadFault
-from headrace.emulate._slowfs_mount import SlowMount, check_fuse, fuse_available
-from headrace.emulate._token_bucket import TokenBucket
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from headrace.emulate._mounts import is_mounted
+    from headrace.emulate._proxy import FaultRule, LatencyProxy, ProxyStats
+    from headrace.emulate._s3 import LocalS3, S3Endpoint
+    from headrace.emulate._slowfs_config import SlowFSConfig
+    from headrace.emulate._slowfs_faults import ReadFault
+    from headrace.emulate._slowfs_mount import SlowMount, check_fuse, fuse_available
+    from headrace.emulate._token_bucket import TokenBucket
 
 __all__ = [
     "FaultRule",
@@ -31,3 +35,35 @@ __all__ = [
     "fuse_available",
     "is_mounted",
 ]
+
+# Imported on first use, not with the package: every server process (a slowfs mount per
+# bench variant, moto) starts as ``import headrace.emulate._lifeline``, and importing all
+# of these with it (asyncio for the proxy, urllib and http.client for the servers) was
+# two thirds of a slowfs server's imports.
+_WHERE = {
+    "is_mounted": "_mounts",
+    "FaultRule": "_proxy",
+    "LatencyProxy": "_proxy",
+    "ProxyStats": "_proxy",
+    "LocalS3": "_s3",
+    "S3Endpoint": "_s3",
+    "SlowFSConfig": "_slowfs_config",
+    "ReadFault": "_slowfs_faults",
+    "SlowMount": "_slowfs_mount",
+    "check_fuse": "_slowfs_mount",
+    "fuse_available": "_slowfs_mount",
+    "TokenBucket": "_token_bucket",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

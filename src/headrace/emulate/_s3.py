@@ -79,7 +79,10 @@ class LocalS3(Closing):
         # The lifeline wrapper (argv_for) stops moto when this process dies, even by SIGKILL.
         self._server = ServerProcess(
             "moto server",
-            lambda port: argv_for("moto.server", "-H", "127.0.0.1", "-p", str(port)),
+            # moto.server, less a folder scan and a log line per request (_moto_server)
+            lambda port: argv_for(
+                "headrace.emulate._moto_server", "-H", "127.0.0.1", "-p", str(port)
+            ),
             ready_path="/moto-api/",
             env=env,
             start_timeout_s=start_timeout_s,
