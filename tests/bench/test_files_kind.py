@@ -554,7 +554,10 @@ def test_the_fresh_pass_rate_leaves_out_the_digesting(
     # undigested pass gave 7x). A consumer made slow stands for the hashing here.
     import headrace.bench._measure as measure
 
-    slow = 0.05
+    # A quarter second a step: at 0.05 the fresh pass (4 steps of tiny npz files) once
+    # took more than half the hashing's 0.2 s on a loaded 2-core CI host; sleeping costs
+    # no CPU.
+    slow = 0.25
     real = measure.update_digest
 
     def hashing(h: Any, batch: Any) -> None:
