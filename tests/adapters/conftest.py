@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +23,6 @@ if importlib.util.find_spec("torch") is None:
 
 # Its checks' failures say what differed, as a test module's asserts do.
 pytest.register_assert_rewrite("_framework_checks")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _fork_server_imports_torch() -> None:
-    """The fork server, whoever starts it in this test process, preloads what
-    HeadraceDataLoader's own start of it does (headrace/torch/_dataloader.py's
-    ``_start_fork_server``): torch and headrace's readers. A stock
-    ``DataLoader(..., multiprocessing_context="forkserver")`` that starts it first
-    (test_torch_eval.py's) otherwise leaves every later worker of this process, stock or
-    HeadraceDataLoader's, to import torch itself (2.8 s CPU a worker, 2c). Preloading
-    changes no worker's behaviour, only what it must import; a server an earlier module
-    started is used as it is (as HeadraceDataLoader does)."""
-    if importlib.util.find_spec("torch") is not None:
-        preload = ["__main__", "torch", "headrace._shm_ring", "headrace.formats"]
-        multiprocessing.set_forkserver_preload(preload)
 
 
 @pytest.fixture
