@@ -15,8 +15,10 @@ Each rank writes the digests of the batches its training_step got and of the fin
 parameters to OUT/VARIANT/{mode}-{rank}.json. VARIANT: ``plain`` (the runs above);
 ``workers`` (tested on 1 process): only the HeadraceDataLoader's runs, with
 ``num_workers=2`` and chunks of one step; ``own-loop``: every run's ``trainer.fit_loop``
-is a user's subclass of Lightning's. Several variants run one after the other in the
-same processes: each process start imports Lightning, which takes most of a run's time.
+is a user's subclass of Lightning's; ``epochs`` (1 process, ``first`` only):
+lightning_epochs.py's two fits. Several variants run one after the other in the same
+processes: each process start imports Lightning, which takes most of a run's time
+(``import lightning``: 9.4 s CPU a process, 2c, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from _frameworks import (
 )
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loops.fit_loop import _FitLoop
+from lightning_epochs import main as epochs
 from torch.utils.data import DataLoader
 
 from headrace.errors import ConfigError
@@ -134,7 +137,12 @@ def stock_runs(root: Path, out: Path, mode: str, ckpt: Path, variant: str) -> di
 
 def main(root: Path, out: Path, mode: str, *variants: str) -> None:
     for variant in variants:
-        run(root, out / variant, mode, variant)
+        if variant == "epochs":  # both of its fits in one process: nothing to resume
+            if mode == "first":
+                (out / variant).mkdir(exist_ok=True)
+                epochs(root, out / variant)
+        else:
+            run(root, out / variant, mode, variant)
 
 
 def run(root: Path, out: Path, mode: str, variant: str) -> None:

@@ -1,7 +1,12 @@
 """Run under torchrun (2 CPU processes, gloo): a tiny model trained with Hugging Face
 accelerate on a HeadraceDataLoader, checkpointed with accelerator.save_state.
 
-    accelerate_train.py ROOT OUT first|resume
+    accelerate_train.py ROOT OUT first|resume [hf]
+
+With ``hf``, the same processes then run hf_trainer_train.py's phase into OUT/hf: the
+Hugging Face Trainer's ranks start (and import torch and accelerate) once for both
+trainers instead of twice, and its resume runs under accelerate's launcher as this
+script's does.
 
 ``first`` checks first that accelerate's prepare() of a stock DataLoader over the
 dataset is refused (dispatch_batches, the default; and dispatch_batches=False), then
@@ -40,7 +45,16 @@ def refused(root: Path, **config: bool) -> str:
     return ""
 
 
-def main(root: Path, out: Path, mode: str) -> None:
+def main(root: Path, out: Path, mode: str, *also: str) -> None:
+    train(root, out, mode)
+    if "hf" in also:
+        from hf_trainer_train import main as hf_trainer
+
+        (out / "hf").mkdir(exist_ok=True)
+        hf_trainer(root, out / "hf", mode)
+
+
+def train(root: Path, out: Path, mode: str) -> None:
     found = {}
     if mode == "first":
         found["dispatch"] = refused(root)

@@ -4,7 +4,8 @@
 
 Each process reads its rows of every global batch into a global jax.Array
 over a mesh of all processes' CPU devices, checks its addressable shards,
-and gathers the whole batch back; process 0 writes the digests to OUT.
+and gathers the whole batch back; process 0 writes the digests to OUT. (The tests run
+``main`` in jax_multiprocess_mixture.py's processes.)
 """
 
 from __future__ import annotations

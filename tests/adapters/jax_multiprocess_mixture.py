@@ -7,7 +7,9 @@ processes (``P("data", None)``), and a sequence axis over processes with the bat
 within each (context parallel, ``P("data", "seq")`` on a ``("seq", "data")`` mesh:
 every process holds every row, half the columns). Each process gathers the whole
 batch back; process 0 writes the digests of both, and the loader state after step
-``SAVE_AT`` (for a resume on another process count), to OUT.
+``SAVE_AT`` (for a resume on another process count), to OUT, with (``tokens``) those of
+jax_multiprocess.py's run, done first in these processes: a pair of process starts
+(importing jax, joining jax.distributed) fewer.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax  # noqa: E402
 from _adapter_data import BATCH, padded_mixture  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax_multiprocess import main as tokens  # noqa: E402
 
 from headrace.jax import JaxLoader  # noqa: E402
 
@@ -33,7 +36,7 @@ def main(root: Path, n: int, pid: int) -> dict[str, object]:
         "data": NamedSharding(jax.make_mesh((n, 2), ("data", "model")), P("data", None)),
         "context": NamedSharding(jax.make_mesh((n, 2), ("seq", "data")), P("data", "seq")),
     }
-    result: dict[str, object] = {}
+    result: dict[str, object] = {"tokens": tokens(root, n, pid)}
     for name, sharding in layouts.items():
         digests = []
         kw = {"batch_size": BATCH, "sharding": sharding, "seed": 5, "steps": STEPS}

@@ -4,6 +4,9 @@ trainer resumes from the first epoch's checkpoint.
 
     lightning_epochs.py ROOT OUT
 
+(The tests run ``main`` in lightning_train.py's process, as its ``epochs`` variant: one
+Lightning import fewer.)
+
 Resumed at an epoch's end, the stock loader starts the pass over, as the uninterrupted
 run's second epoch did: not refused. Writes the batch digests of both runs' training
 steps, by epoch, to OUT/epochs.json.

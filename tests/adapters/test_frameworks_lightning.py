@@ -33,11 +33,23 @@ def lightning_ddp(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     return lightning(root, tmp_path_factory.mktemp("lightning"), "plain", "own-loop")
 
 
-def lightning(root: Path, out: Path, *variants: str, world: int = WORLD) -> dict[str, Records]:
-    """Both phases of lightning_train.py's ``variants`` on ``world`` ranks, by variant."""
+@pytest.fixture(scope="module")
+def lightning_one(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """lightning_train.py's ``workers`` and ``epochs`` runs on 1 rank, in the same processes
+    (``epochs`` in ``first``'s): one start (and Lightning import, 9.4 s CPU) fewer than
+    a launch of lightning_epochs.py's own (2c, 2026-12-04). Their output folder."""
+    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+    out = tmp_path_factory.mktemp("lightning-one")
     for mode in ("first", "resume"):
-        torchrun(world, "lightning_train.py", root, out, mode, *variants)
-    return {v: read_records(out / v, world) for v in variants}
+        torchrun(1, "lightning_train.py", root, out, mode, "workers", "epochs")
+    return out
+
+
+def lightning(root: Path, out: Path, *variants: str) -> dict[str, Records]:
+    """Both phases of lightning_train.py's ``variants`` on WORLD ranks, by variant."""
+    for mode in ("first", "resume"):
+        torchrun(WORLD, "lightning_train.py", root, out, mode, *variants)
+    return {v: read_records(out / v, WORLD) for v in variants}
 
 
 @pytest.mark.integration
@@ -59,14 +71,13 @@ def test_lightning(root: Path, lightning_ddp: dict[str, Records]) -> None:
 
 
 @pytest.mark.integration
-def test_lightning_with_workers(root: Path, tmp_path: Path) -> None:
+def test_lightning_with_workers(root: Path, lightning_one: Path) -> None:
     # HeadraceDataLoader(ds, num_workers=2), a chunk a step (the workers take turns):
     # Lightning's checkpoint at step 3 resumes, in a new process, with new workers. One
     # rank (test_lightning has two): 2 ranks took 77 and 55 s, 1 rank 51 and 45 s, when
     # each worker imported Lightning with the script (2c, load 5, 2026-12-03); the
     # workers import no Lightning since (lightning_train.py).
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    check_exact(root, lightning(root, tmp_path, "workers", world=1)["workers"])
+    check_exact(root, read_records(lightning_one / "workers", 1))
 
 
 @pytest.mark.integration
@@ -82,12 +93,11 @@ def test_lightning_with_a_fit_loop_of_the_users(
 
 
 @pytest.mark.integration
-def test_lightning_resumed_at_an_epochs_end(root: Path, tmp_path: Path) -> None:
+def test_lightning_resumed_at_an_epochs_end(lightning_one: Path) -> None:
     # An exact pass on a stock DataLoader, resumed from the checkpoint of epoch 0's end:
     # its second epoch is the uninterrupted run's (refused until 2026-12-03).
-    pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
-    torchrun(1, "lightning_epochs.py", root, tmp_path)
-    got = json.loads((tmp_path / "epochs.json").read_text())
+    # lightning_epochs.py's fits, run in lightning_one's first process.
+    got = json.loads((lightning_one / "epochs" / "epochs.json").read_text())
     first, resumed = got["first"], got["resumed"]
     assert isinstance(resumed, list), resumed
     epoch1 = [d for e, d in first if e == 1]

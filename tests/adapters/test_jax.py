@@ -282,11 +282,20 @@ def run_two_processes(script: str, root: Path, out: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0], logs
 
 
+@pytest.fixture(scope="module")
+def two_processes(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """jax_multiprocess_mixture.py's output: jax_multiprocess.py's run (``tokens``) and the
+    mixture's, in one pair of processes (a pair's start, importing jax and joining
+    jax.distributed, cost ~6 s CPU; 2c, 2026-12-04)."""
+    out = tmp_path_factory.mktemp("two") / "mixture.json"
+    run_two_processes("jax_multiprocess_mixture.py", root, out)
+    got: dict[str, Any] = json.loads(out.read_text())
+    return got
+
+
 @pytest.mark.integration
-def test_two_jax_processes_on_cpu(root: Path, reference: list[str], tmp_path: Path) -> None:
-    out = tmp_path / "digests.json"
-    run_two_processes("jax_multiprocess.py", root, out)
-    assert json.loads(out.read_text()) == reference
+def test_two_jax_processes_on_cpu(reference: list[str], two_processes: dict[str, Any]) -> None:
+    assert two_processes["tokens"] == reference
 
 
 @pytest.mark.integration
@@ -655,15 +664,13 @@ def test_a_state_whose_ints_came_back_as_0d_arrays_resumes(
 
 @pytest.mark.integration
 def test_two_jax_processes_read_a_mixture_and_one_resumes_their_state(
-    root: Path, tmp_path: Path
+    root: Path, two_processes: dict[str, Any]
 ) -> None:
     # The 2-process run above covers a token source under P("data"); this one: a Mixture
     # of padded rows (1-D source, bool masks) with the batch axis over processes, a
     # sequence axis over processes (context parallel: each reads every row), and the
     # state saved by 2 processes resumed by 1 (4 devices).
-    out = tmp_path / "mixture.json"
-    run_two_processes("jax_multiprocess_mixture.py", root, out)
-    got = json.loads(out.read_text())
+    got = two_processes
     with Loader(padded_mixture(root), batch_size=BATCH, seed=5, steps=6) as ld:
         want = [batch_digest([b]) for b in ld]
     assert got["data"] == want and got["context"] == want

@@ -3,20 +3,24 @@ loop waits, warns naming the step and the worker it waits for; the worker's own 
 warns on stderr naming its reads; a worker that dies while the main process waits is
 named with its signal, not taken for a stall.
 
-Each runs as a script, on a slowfs mount that answers each READ after 1.5 s, warned at
-0.3 s: pytest records warnings (and makes them errors) instead of printing them.
+Both run in one script, one after the other (``read``, then ``kill`` with a new loader),
+on a slowfs mount that answers each READ after 1.5 s, warned at 0.3 s: pytest records
+warnings (and makes them errors) instead of printing them. One script, not one a test:
+its start (torch imported by the script and by the fork server) cost 6 s CPU of the
+file's 15 (2c, 2026-12-04). The mount drops its cache at each open, so the second
+loader's new worker waits for its READs as the first's did.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _adapter_data import BATCH, run_script, token_source
 
-from headrace.emulate import SlowMount
+from headrace.emulate import SlowMount, fuse_available
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -34,13 +38,19 @@ from headrace import torch as ht
 from headrace.errors import HeadraceError
 from headrace.testing import batch_digest
 
-if __name__ == "__main__":
+SPLIT = {split!r}
+
+def loader():
     ds = ht.TorchDataset(token_source(Path({mnt!r})), batch_size=BATCH, seed=5,
                          steps={steps}, stall_warn_s=0.3)
-    dl = ht.HeadraceDataLoader(ds, num_workers=1)
-    if {mode!r} == "read":
+    return ht.HeadraceDataLoader(ds, num_workers=1)
+
+if __name__ == "__main__":
+    with loader() as dl:
         print(batch_digest({{k: v.numpy() for k, v in b.items()}} for b in dl))
-        sys.exit(0)
+    print(SPLIT, flush=True)
+    print(SPLIT, file=sys.stderr, flush=True)
+    dl = loader()
     it = iter(dl)
 
     def kill():  # once the main process has waited past two warnings (0.3, 0.6 s)
@@ -57,12 +67,34 @@ if __name__ == "__main__":
 """
 
 
-def _run(mnt: Path, tmp_path: Path, mode: str) -> tuple[str, str]:
-    script = tmp_path / f"stall_{mode}.py"
-    script.write_text(_SCRIPT.format(mnt=str(mnt), mode=mode, steps=STEPS))
-    done = run_script(script)
+#: between the two parts' output, on stdout and on stderr
+_SPLIT = "-- stall.py: the kill part --"
+
+
+@pytest.fixture(scope="module")
+def stalled(root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The mount (gone by the tests) and each part's ``(stdout, stderr)``, by part."""
+    ok, reason = fuse_available()
+    if not ok:
+        pytest.skip(f"FUSE unavailable: {reason}")
+    tmp = tmp_path_factory.mktemp("stall")
+    m = SlowMount(
+        root,
+        tmp / "mnt",
+        stats_file=tmp / "stats.json",
+        read_latency_ms=1500,
+        stats_interval_s=0.05,
+    ).start()
+    try:
+        script = tmp / "stall.py"
+        script.write_text(_SCRIPT.format(mnt=str(m.mnt), steps=STEPS, split=_SPLIT))
+        done = run_script(script)
+    finally:
+        m.stop()
     assert done.returncode == 0, done.stderr
-    return done.stdout, done.stderr
+    out, err = done.stdout.split(_SPLIT + "\n"), done.stderr.split(_SPLIT + "\n")
+    assert len(out) == len(err) == 2, (done.stdout, done.stderr)
+    return m.mnt, {"read": (out[0], err[0]), "kill": (out[1], err[1])}
 
 
 _MAIN = (
@@ -73,10 +105,10 @@ _MAIN = (
 
 
 def test_the_main_process_names_the_worker_it_waits_for(
-    slow_mount: Callable[..., SlowMount], root: Path, tmp_path: Path
+    stalled: tuple[Path, dict[str, Any]], root: Path
 ) -> None:
-    m = slow_mount(root, read_latency_ms=1500)
-    out, err = _run(m.mnt, tmp_path, "read")
+    mnt, parts = stalled
+    out, err = parts["read"]
     fast = Loader(token_source(root), batch_size=BATCH, seed=5, steps=STEPS)
     assert out.strip() == batch_digest(fast)
     main = re.findall(_MAIN, err)
@@ -86,14 +118,13 @@ def test_the_main_process_names_the_worker_it_waits_for(
     assert len({pid for _, pid in main}) == 1, err
     assert re.search(r"headrace: the batch of step 0 came after \d+\.\d s", err), err
     # The worker's own loader names the file and bytes it waits for, on the same stderr.
-    assert re.search(re.escape(str(m.mnt)) + r"/[ab]\.bin \[\d+, \d+\) \(\d+\.\d s\)", err), err
+    assert re.search(re.escape(str(mnt)) + r"/[ab]\.bin \[\d+, \d+\) \(\d+\.\d s\)", err), err
 
 
 def test_a_worker_that_dies_while_the_main_process_waits_is_named(
-    slow_mount: Callable[..., SlowMount], root: Path, tmp_path: Path
+    stalled: tuple[Path, dict[str, Any]],
 ) -> None:
-    m = slow_mount(root, read_latency_ms=1500)
-    out, err = _run(m.mnt, tmp_path, "kill")
+    out, err = stalled[1]["kill"]
     pids = {pid for _, pid in re.findall(_MAIN, err)}
     assert len(pids) == 1, err
     assert out.startswith(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import threading
 from itertools import islice
-from multiprocessing import forkserver
+from multiprocessing import context, forkserver, popen_forkserver
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from headrace.errors import (  # noqa: E402
 from headrace.formats import TokenSource  # noqa: E402
 from headrace.pipeline import Loader  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
+from headrace.torch._fork_server import PRELOAD  # noqa: E402
 
 STEPS = 24
 
@@ -775,3 +777,23 @@ def test_two_threads_closing_at_once_both_return_with_the_workers_stopped(root: 
         t.join()
     assert errors == []
     gone(wb, pids)
+
+
+def test_a_stock_forkserver_workers_server_preloads_torch(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stock DataLoader(..., multiprocessing_context="forkserver") started its server
+    # with Python's default preload (__main__ alone): each of its workers imported torch
+    # itself, 2.8 s CPU a worker, every epoch. The dataset is pickled for the worker's
+    # start before the server starts; there it asks the server to preload torch.
+    server = forkserver._forkserver
+    monkeypatch.setattr(server, "_preload_modules", ["__main__"])
+    pickle.dumps(dataset(root))  # a pickle of the user's (a checkpoint, say): no change
+    assert server._preload_modules == ["__main__"]
+    starting = popen_forkserver.Popen.__new__(popen_forkserver.Popen)  # not launched
+    context.set_spawning_popen(starting)
+    try:
+        pickle.dumps(dataset(root))  # as popen_forkserver.Popen._launch does, first
+    finally:
+        context.set_spawning_popen(None)
+    assert server._preload_modules == PRELOAD

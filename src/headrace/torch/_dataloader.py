@@ -24,6 +24,7 @@ from headrace.pipeline import Batch
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
+from headrace.torch._fork_server import PRELOAD
 from headrace.torch._ragged import RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch, pinnable, tensorable, to_tensors
 from headrace.torch._wrappers import lightning_prefetched
@@ -60,7 +61,7 @@ def _start_fork_server(ctx: BaseContext) -> None:
     themselves. A server already running (an earlier loader's) is used as it is.
     """
     if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload(["__main__", "torch", "headrace._shm_ring", "headrace.formats"])
+        ctx.set_forkserver_preload(PRELOAD)
         forkserver.ensure_running()
 
 

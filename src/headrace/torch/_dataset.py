@@ -30,6 +30,7 @@ from headrace.pipeline._steps import remaining_steps, run_over
 from headrace.plan import LoaderState
 from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
 from headrace.torch._dist import dist_rank_world
+from headrace.torch._fork_server import preload_if_forking
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
 from headrace.torch._wrappers import refuse_wrappers
@@ -397,6 +398,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._check_ranks()
         refuse_out_of_order(self)  # pickled for a spawned worker, by the loader starting it
         refuse_wrappers(self)
+        # A stock DataLoader's forkserver worker: its server, not yet started, imports torch.
+        preload_if_forking()
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
