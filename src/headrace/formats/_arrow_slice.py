@@ -15,9 +15,11 @@ in column order), so rows ``[a, b)`` of a column are:
 - for fixed-size lists the child's rows ``[a * k, b * k)``, for structs each
   child's ``[a, b)``.
 
-:class:`SubFetch` drives one generator per column in rounds: every column's
-ranges of a round are GETs in flight at once (a column of numbers is one round,
-a string or ``list<int32>`` column two). The arrays are built on the fetched
+:class:`SubFetch` drives one generator per column in rounds (a column of
+numbers is one round, a string or ``list<int32>`` column two, a struct's children
+side by side): the ranges of every column in a round are merged into spans as the
+engine merges ranges (gaps up to 64 KiB, spans up to 4 MiB), one GET per span, and
+each column is handed views of the spans. The arrays are built on the fetched
 bytes without a copy (``pa.Array.from_buffers``; offsets rebased to 0, a copy
 of ``rows + 1`` integers; validity bits not on a byte boundary shifted). A
 compressed body (lz4/zstd buffers) cannot be cut this way and is fetched whole,
