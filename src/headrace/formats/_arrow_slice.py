@@ -15,9 +15,11 @@ in column order), so rows ``[a, b)`` of a column are:
 - for fixed-size lists the child's rows ``[a * k, b * k)``, for structs each
   child's ``[a, b)``.
 
-:class:`SubFetch` drives one generator per column in rounds: every column's
-ranges of a round are GETs in flight at once (a column of numbers is one round,
-a string or ``list<int32>`` column two). The arrays are built on the fetched
+:class:`SubFetch` drives one generator per column in rounds (a column of
+numbers is one round, a string or ``list<int32>`` column two, a struct's children
+side by side): the ranges of every column in a round are merged into spans as the
+engine merges ranges (gaps up to 64 KiB, spans up to 4 MiB), one GET per span, and
+each column is handed views of the spans. The arrays are built on the fetched
 bytes without a copy (``pa.Array.from_buffers``; offsets rebased to 0, a copy
 of ``rows + 1`` integers; validity bits not on a byte boundary shifted). A
 compressed body (lz4/zstd buffers) cannot be cut this way and is fetched whole,
@@ -40,6 +42,7 @@ from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
 from headrace.errors import FormatError, HeadraceError
+from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, coalesce
 
 if TYPE_CHECKING:
     from headrace.formats._arrow_remote import RemoteArrow
@@ -133,10 +136,10 @@ class SubFetch:
         self._futures: list[Future[None]] = []  # every GET started
         self._cond = threading.Condition()
         self._left = len(self._gens)  # builders not done
-        self._held = 0
+        self._held = 0  # bytes fetched: the spans, gaps included
+        self._wanted = 0  # bytes the columns asked for: the ranges in the spans
         self._done = False
-        for name in self._order:
-            self._advance(name, None)
+        self._advance(dict.fromkeys(self._order))
 
     # -- building ------------------------------------------------------------------------
     def _range(self, buf: int, lo: int, hi: int, rows: tuple[int, int]) -> tuple[int, int]:
@@ -207,65 +210,124 @@ class SubFetch:
             children, bufs = [child], [valid]
         elif t.is_struct(typ):
             cn, cb = node + 1, buf + 1
+            gens = []
             for i in range(typ.num_fields):
                 ft = typ.field(i).type
-                children.append((yield from self._array(ft, cn, cb, a, b)))
+                gens.append(self._array(ft, cn, cb, a, b))
                 cn += _node_counts(pa, ft)
                 cb += _buffer_counts(pa, ft) or 0
+            children = yield from self._together(gens)
             bufs = [valid]
         else:
             bufs = [valid, pa.py_buffer(got.pop(0))]
         arr = pa.Array.from_buffers(typ, n, bufs, null_count=-1, children=children or None)
         return arr if ext is None else pa.ExtensionArray.from_storage(ext, arr)
 
-    def _advance(self, name: str, got: list[NDArray[np.uint8]] | None) -> None:
-        """Send ``got`` to ``name``'s builder and start the GETs it asks for next. Called
-        again from the last GET's callback, so a read-ahead fetches every round in the
-        background, not only the first (the values' round trip then waits on no batch)."""
+    def _together(self, gens: list[_Builder]) -> Generator[_Ranges, list[NDArray[np.uint8]], Any]:
+        """A struct's children built side by side: each round asks for every child's
+        next ranges at once (one child after another was a round trip each)."""
+        out: list[Any] = [None] * len(gens)
+        got: list[list[NDArray[np.uint8]] | None] = [None] * len(gens)  # None: not started
+        live = list(range(len(gens)))
+        while live:
+            asks: list[tuple[int, _Ranges]] = []
+            for i in live:
+                try:
+                    sent = got[i]
+                    want = gens[i].send(sent) if sent is not None else next(gens[i])
+                    while not want:
+                        want = gens[i].send([])
+                except StopIteration as stop:
+                    out[i] = stop.value
+                    continue
+                asks.append((i, want))
+            if not asks:
+                break
+            bufs = yield [r for _, want in asks for r in want]
+            live, k = [], 0
+            for i, want in asks:
+                got[i], k = bufs[k : k + len(want)], k + len(want)
+                live.append(i)
+        return out
+
+    def _step(self, name: str, got: list[NDArray[np.uint8]] | None) -> _Ranges | None:
+        """Send ``got`` to ``name``'s builder: the ranges it asks for next, or ``None``
+        once it is done (its array or error recorded)."""
         gen = self._gens[name]
         try:
             while True:
                 want = gen.send(got) if got is not None else next(gen)
                 if want:
-                    break
+                    return want
                 got = []
         except StopIteration as stop:
             self._finish(name, stop.value, None)
-            return
         except _Corrupt as exc:
             error = FormatError(f"{self.where}: corrupt Arrow IPC data ({exc})")
             self._finish(name, None, error)
-            return
         except Exception as exc:  # pyarrow refusing the buffers: named in batch()
             self._finish(name, None, exc)
-            return
-        self._issue(name, want)
+        return None
 
-    def _issue(self, name: str, want: _Ranges) -> None:
+    def _advance(self, got: dict[str, list[NDArray[np.uint8]] | None]) -> None:
+        """Send each column its bytes (``None``: start it) and start the round of GETs
+        they ask for next, merged. Called again from a round's last GET's callback, so a
+        read-ahead fetches every round in the background, not only the first (the
+        values' round trip then waits on no batch)."""
+        ready = [(name, want) for name, g in got.items() if (want := self._step(name, g))]
+        if ready:
+            self._issue(ready)
+
+    def _issue(self, ready: list[tuple[str, _Ranges]]) -> None:
+        """One round: the columns' ranges merged into spans (gaps of at most
+        ``DEFAULT_MAX_GAP``, spans of at most ``DEFAULT_MAX_SPAN``, as the engine reads),
+        one GET per span (or per piece of a large one); each column is given views of the
+        spans, and a span's failure fails every column it serves."""
+        ranges = [r for _, want in ready for r in want]
+        merged = coalesce(ranges, max_gap=DEFAULT_MAX_GAP, max_span=DEFAULT_MAX_SPAN)
+        # Spans start on the body's 8-byte grid, as its buffers do: views stay aligned.
+        starts = [s - (s - self._body) % 8 for s in merged.starts.tolist()]
+        ends = merged.ends.tolist()
+        names = [name for name, _ in ready]
         with self._cond:
             dropped = self._done
             if not dropped:
-                out = [np.empty(length, np.uint8) for _, length in want]
-                total = sum(length for _, length in want)
+                out = [np.empty(e - s, np.uint8) for s, e in zip(starts, ends, strict=True)]
+                total = sum(e - s for s, e in zip(starts, ends, strict=True))
                 self._held += total
+                self._wanted += sum(length for _, length in ranges)
                 self._part.held.add(total)
         if dropped:
-            self._finish(name, None, CancelledError(f"{self.where}: dropped"))
+            for name in names:
+                self._finish(name, None, CancelledError(f"{self.where}: dropped"))
             return
-        futures: list[Future[None]] = []
+        spans: list[list[Future[None]]] = []
         try:
             file = self._part._file
-            for (offset, _), buf in zip(want, out, strict=True):
-                futures += file.read_pieces(buf, offset)
+            for start, buf in zip(starts, out, strict=True):
+                spans.append(file.read_pieces(buf, start))
         except Exception as exc:  # the store closed under a read-ahead: raised by batch()
-            for f in futures:
-                f.cancel()
-            self._finish(name, None, exc)
+            for fs in spans:
+                for f in fs:
+                    f.cancel()
+            for name in names:
+                self._finish(name, None, exc)
             return
+        futures = [f for fs in spans for f in fs]
+        views: dict[str, list[NDArray[np.uint8]]] = {}
+        served: dict[str, list[int]] = {}  # the spans each column's bytes lie in
+        k = 0
+        for name, want in ready:
+            views[name], served[name] = [], []
+            for offset, length in want:
+                i = int(merged.span[k])
+                k += 1
+                views[name].append(out[i][offset - starts[i] : offset - starts[i] + length])
+                served[name].append(i)
         with self._cond:
             self._futures += futures
         if not futures:
-            self._advance(name, out)
+            self._advance({name: views[name] for name in names})
             return
         left = [len(futures)]
 
@@ -274,17 +336,27 @@ class SubFetch:
                 left[0] -= 1
                 if left[0]:
                     return
-            for f in futures:
-                if f.cancelled():
-                    self._finish(name, None, CancelledError(f"{self.where}: dropped"))
-                    return
-                if (exc := f.exception()) is not None:
-                    self._finish(name, None, exc)
-                    return
-            self._advance(name, out)
+            got: dict[str, list[NDArray[np.uint8]] | None] = {}
+            for name in names:
+                error = self._failed({i: spans[i] for i in served[name]})
+                if error is None:
+                    got[name] = views[name]
+                else:
+                    self._finish(name, None, error)
+            self._advance(got)
 
         for f in futures:
             f.add_done_callback(done)
+
+    def _failed(self, spans: dict[int, list[Future[None]]]) -> BaseException | None:
+        """Why a column's spans' GETs did not all succeed (``None``: they did)."""
+        for fs in spans.values():
+            for f in fs:
+                if f.cancelled():
+                    return CancelledError(f"{self.where}: dropped")
+                if (exc := f.exception()) is not None:
+                    return exc
+        return None
 
     def _finish(self, name: str, array: Any, error: BaseException | None) -> None:
         with self._cond:
