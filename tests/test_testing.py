@@ -97,3 +97,25 @@ def test_one_batch_instead_of_a_stream_is_named() -> None:
     with pytest.raises(TypeError, match=r"takes an iterable of batches.*batch_digest\(\[batch\]\)"):
         batch_digest(batch)  # type: ignore[arg-type]
     assert batch_digest([batch]) == batch_digest(iter([batch]))
+
+
+def test_batches_of_times_digest_their_values() -> None:
+    # Table columns of timestamps and durations come as datetime64 / timedelta64, whose
+    # memoryview cast refused: batch_digest raised ValueError ("cannot include dtype
+    # 'M' in a buffer", found by the arrowmerge count script, 2026-12-04).
+    import hashlib
+
+    t = np.array(["2026-12-04T17:00", "1970-01-01T00:00"], "datetime64[s]")
+    d = np.array([1, -2], "timedelta64[ms]")
+    h = hashlib.sha256()
+    h.update(b"d:<m8[ms]:(2,);")
+    h.update(d.tobytes())
+    h.update(b"t:<M8[s]:(2,);")
+    h.update(t.tobytes())
+    assert batch_digest([{"t": t, "d": d}]) == h.hexdigest()
+    later = t.copy()
+    later[1] += 1
+    assert batch_digest([{"t": later, "d": d}]) != h.hexdigest()
+    ragged = np.empty(2, object)
+    ragged[:] = [t, t[:1]]
+    assert batch_digest([{"r": ragged}]) != batch_digest([{"r": ragged[::-1].copy()}])

@@ -33,11 +33,17 @@ def update_digest(h: Any, batch: Mapping[str, NDArray[Any]]) -> None:
             for el in a:
                 e = np.ascontiguousarray(el)
                 h.update(f"{e.dtype.str}:{e.shape};".encode())
-                h.update(e.data.cast("B") if e.size else b"")
+                h.update(_bytes(e))
             continue
         a = np.ascontiguousarray(a)
         h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
-        h.update(a.data.cast("B") if a.size else b"")  # no cast of a view with a 0 in its shape
+        h.update(_bytes(a))
+
+
+def _bytes(a: NDArray[Any]) -> Any:
+    """A C-contiguous array's bytes without a copy, of any dtype: a memoryview's cast
+    refused datetime64 and timedelta64 (table columns of times), and a shape with a 0."""
+    return a.reshape(-1).view(np.uint8).data
 
 
 def batch_digest(batches: Iterable[Mapping[str, NDArray[Any]]]) -> str:
