@@ -10,9 +10,10 @@ any endpoint (``headrace emulate s3``).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
+from typing import Any
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from headrace.emulate._mounts import is_mounted
     from headrace.emulate._proxy import FaultRule, LatencyProxy, ProxyStats
     from headrace.emulate._s3 import LocalS3, S3Endpoint
