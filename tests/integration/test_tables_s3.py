@@ -272,6 +272,14 @@ def test_what_cannot_be_opened_on_object_storage(s3: S3Fixture, root: Path) -> N
         s3_source(s3, f"{URL}/arow")
     meant = f"{URL}/arrow"
     assert str(info.value) == f"{URL}/arow: nothing is stored under it; did you mean {meant!r}?"
+    # An object whose name has no table suffix: "did you mean" named the URL given.
+    _put(s3, "bare/part", (root / FILES[0]).read_bytes())
+    with pytest.raises(FormatError) as info:
+        s3_source(s3, f"{URL}/bare/part")
+    assert str(info.value) == (
+        f"{URL}/bare/part: an object, not a prefix, and a table object's name ends in "
+        ".parquet or .arrow, .feather, .ipc, .arrows: copy it to a name with its format's suffix"
+    )
     with pytest.raises(FormatError, match=r"no objects match"):
         s3_source(s3, f"{URL}/zzz-*.parquet")
     with pytest.raises(ConfigError, match=r"table.s files are all local paths or all object"):

@@ -137,6 +137,12 @@ def resolve_urls(
     entries = [(u[len(root) + 1 :], u, i) for u, i in files.listing(root)]
     if not entries:  # said "empty dataset: no .arrow or .parquet files" until 2026-12-03
         close = files.closest_beside(root)
+        if close == root:  # an object of that very name: its suggestion was itself
+            raise FormatError(
+                f"{root}: an object, not a prefix, and a table object's name ends in "
+                f".parquet or {', '.join(IPC_SUFFIXES)}: copy it to a name with its "
+                "format's suffix"
+            )
         raise FormatError(
             f"{root}: nothing is stored under it" + (f"; did you mean {close!r}?" if close else "")
         )
