@@ -9,9 +9,9 @@ any endpoint (``headrace emulate s3``).
 
 from __future__ import annotations
 
-import importlib
 import typing
-from typing import Any
+
+from headrace._lazy import lazy_names as _lazy_names
 
 if typing.TYPE_CHECKING:
     from headrace.emulate._mounts import is_mounted
@@ -42,28 +42,22 @@ __all__ = [
 # of these with it (asyncio for the proxy, urllib and http.client for the servers) was
 # two thirds of a slowfs server's imports.
 _WHERE = {
-    "is_mounted": "_mounts",
-    "FaultRule": "_proxy",
-    "LatencyProxy": "_proxy",
-    "ProxyStats": "_proxy",
-    "LocalS3": "_s3",
-    "S3Endpoint": "_s3",
-    "SlowFSConfig": "_slowfs_config",
-    "ReadFault": "_slowfs_faults",
-    "SlowMount": "_slowfs_mount",
-    "check_fuse": "_slowfs_mount",
-    "fuse_available": "_slowfs_mount",
-    "TokenBucket": "_token_bucket",
+    "is_mounted": "._mounts",
+    "FaultRule": "._proxy",
+    "LatencyProxy": "._proxy",
+    "ProxyStats": "._proxy",
+    "LocalS3": "._s3",
+    "S3Endpoint": "._s3",
+    "SlowFSConfig": "._slowfs_config",
+    "ReadFault": "._slowfs_faults",
+    "SlowMount": "._slowfs_mount",
+    "check_fuse": "._slowfs_mount",
+    "fuse_available": "._slowfs_mount",
+    "TokenBucket": "._token_bucket",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # looked up once
-    return value
+__getattr__ = _lazy_names(__name__, _WHERE, globals())
 
 
 def __dir__() -> list[str]:

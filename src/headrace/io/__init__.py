@@ -14,7 +14,8 @@ whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
 from __future__ import annotations
 
 import typing
-from typing import Any
+
+from headrace._lazy import lazy_names as _lazy_names
 
 # Imported now (headrace.io._exit registers its exit handler on import): before the
 # Loader's handler, so that one runs first, and whatever store comes later is covered.
@@ -110,12 +111,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'headrace.io' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_names(__name__, _LAZY, globals())
