@@ -43,3 +43,14 @@ def test_moto_lists_its_modules_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(backends.list_of_moto_modules()) == expected
     assert listed == [], f"moto listed its folder again: {listed}"
     assert logging.getLogger("werkzeug").level == logging.WARNING
+
+
+def test_a_moto_without_the_listing_is_served_unpatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A later moto that moved list_of_moto_modules: the server starts as moto's own
+    # (only slower), where the patch raised AttributeError and no S3 test could start.
+    backends = pytest.importorskip("moto.backends")
+    monkeypatch.delattr(backends, "list_of_moto_modules")
+    monkeypatch.setattr(logging.getLogger("werkzeug"), "level", logging.NOTSET)
+    patch_moto()
+    assert not hasattr(backends, "list_of_moto_modules")
+    assert logging.getLogger("werkzeug").level == logging.WARNING
