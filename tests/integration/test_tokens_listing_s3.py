@@ -360,4 +360,12 @@ def test_a_glob_or_prefix_reads_as_the_sorted_list_of_urls(
         f"{base[:-1]}/: a prefix with no .bin token objects right under it (no objects; "
         f"did you mean {base + '/'!r}?)"
     )
+    # An object's URL with a '/' added is said to be one (it suggested itself until
+    # 2026-12-04: "did you mean '.../one/'?").
+    client.put_object(Bucket=BUCKET, Key="listing/one", Body=np.arange(99, dtype="u2").tobytes())
+    with pytest.raises(ObjectNotFoundError) as info:
+        TokenSource(f"s3://{BUCKET}/listing/one/", dtype="uint16", store_options=options(s3), **KW)
+    assert f"(no objects; 's3://{BUCKET}/listing/one' is an object: leave out the '/'" in str(
+        info.value
+    )
     want.close()

@@ -205,8 +205,11 @@ def _remote_matches(pattern: str, stores: ObjectFiles, folder: str | None = None
 
 
 def _nothing(prefix: str, stores: ObjectFiles) -> str:
-    """`` (no objects; did you mean 's3://b/data'?)``: an empty prefix, likely misspelt."""
+    """`` (no objects; did you mean 's3://b/data/'?)``: an empty prefix, likely misspelt;
+    or an object's URL with a '/' added (whose suggestion was itself)."""
     close = stores.closest_beside(prefix)
+    if close == prefix.rstrip("/"):
+        return f" (no objects; {close!r} is an object: leave out the '/' to read it)"
     return " (no objects" + (f"; did you mean {close + '/'!r}?)" if close else ")")
 
 
