@@ -40,15 +40,10 @@ from headrace.formats import FileSource
 from headrace.pipeline import Loader
 
 
-@pytest.fixture
-def root(once_root: Path) -> Path:
-    return once_root
-
-
 @pytest.mark.parametrize(("kind", "shuffle"), CASES)
-def test_each_epoch_is_each_sample_once(root: Path, kind: str, shuffle: Any) -> None:
-    make = maker(root, kind, shuffle)
-    want = epoch_rows(root, kind)
+def test_each_epoch_is_each_sample_once(once_root: Path, kind: str, shuffle: Any) -> None:
+    make = maker(once_root, kind, shuffle)
+    want = epoch_rows(once_root, kind)
     n = sum(want.values())
     src = make()
     try:
@@ -81,35 +76,35 @@ def test_each_epoch_is_each_sample_once(root: Path, kind: str, shuffle: Any) -> 
         getattr(src, "close", lambda: None)()
 
 
-def test_a_file_read_at_the_last_sample_numbers_reads_them(root: Path) -> None:
+def test_a_file_read_at_the_last_sample_numbers_reads_them(once_root: Path) -> None:
     """A contiguous read ending near the last int64 sample number guessed the next run as
     ``samples + n``, which wrapped negative: the read of valid samples failed with
     "sample numbers must be >= 0 (got -9223372036854775808)"; so did ``batch_at`` of the
     last step a batch size allows."""
-    src = FileSource(root / "npy1", format="npy")
+    src = FileSource(once_root / "npy1", format="npy")
     n = src.samples_per_epoch
     last = 2**63 - 1
     for lo in (last, last - n + 1, last - 2 * n):
         got = src.read(3, np.arange(lo, last + 1, dtype=np.int64))
         assert len(got["data"]) == last + 1 - lo
     step = (2**63 - 1) // 6 - 1  # the last step a global batch of 6 allows
-    with Loader(FileSource(root / "npy1", format="npy"), batch_size=6, seed=3) as ld:
+    with Loader(FileSource(once_root / "npy1", format="npy"), batch_size=6, seed=3) as ld:
         assert len(ld.batch_at(step)["data"]) == 6
     with pytest.raises(ConfigError, match="largest step this batch size allows"):
-        with Loader(FileSource(root / "npy1", format="npy"), batch_size=6) as ld:
+        with Loader(FileSource(once_root / "npy1", format="npy"), batch_size=6) as ld:
             ld.batch_at(step + 1)
     src.close()
 
 
 @pytest.mark.parametrize(("kind", "shuffle"), KINDS)
 def test_loaders_sharing_a_source_and_a_seed_changed_by_a_state_read_their_own(
-    root: Path, kind: str, shuffle: Any
+    once_root: Path, kind: str, shuffle: Any
 ) -> None:
     """Two loaders over one source object (a training and an evaluation loader, say),
     of other seeds, batch sizes and hosts, iterated in turn with read-ahead, each read
     what it reads alone; and a state of another seed loaded mid-run reads that seed's
     steps (no window, plan or read-ahead of the old seed is kept)."""
-    make = maker(root, kind, shuffle)
+    make = maker(once_root, kind, shuffle)
 
     def alone(seed: int, batch: int, rank: int, world: int) -> list[list[str]]:
         with Loader(make(), batch_size=batch, seed=seed, rank=rank, world_size=world) as ld:

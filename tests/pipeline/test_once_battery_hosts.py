@@ -27,17 +27,12 @@ from headrace.pipeline._mixture import source_seed
 from headrace.plan import array_state
 
 
-@pytest.fixture
-def root(once_root: Path) -> Path:
-    return once_root
-
-
 @pytest.mark.parametrize(("kind", "shuffle"), CASES)
 def test_hosts_resumes_and_batch_changes_keep_the_global_stream(
-    root: Path, kind: str, shuffle: Any
+    once_root: Path, kind: str, shuffle: Any
 ) -> None:
-    make = maker(root, kind, shuffle)
-    want = epoch_rows(root, kind)
+    make = maker(once_root, kind, shuffle)
+    want = epoch_rows(once_root, kind)
     n = sum(want.values())
     batch, worlds = SPLITS[CASES.index((kind, shuffle)) % len(SPLITS)]
     seed = 2**33 + CASES.index((kind, shuffle))
@@ -91,10 +86,10 @@ def test_hosts_resumes_and_batch_changes_keep_the_global_stream(
     [("mix_tokens", True), ("mix_tokens", False), ("mix_rows", True)],
 )
 def test_a_mixture_reads_each_source_once_and_resumes_on_any_host_count(
-    root: Path, kind: str, shuffle: bool
+    once_root: Path, kind: str, shuffle: bool
 ) -> None:
     def make() -> Any:
-        return mixture(root, kind, shuffle)
+        return mixture(once_root, kind, shuffle)
 
     mix, seed, steps = make(), 77, 30
     read = mix.read(seed, np.arange(steps * MIX_BATCH))
@@ -128,7 +123,7 @@ def test_a_mixture_reads_each_source_once_and_resumes_on_any_host_count(
         assert ld.state_dict() == saved
     # A mixture deals out each step of its own batch size: another is refused.
     with (
-        Loader(mixture(root, kind, shuffle, batch_size=20), batch_size=20) as ld,
+        Loader(mixture(once_root, kind, shuffle, batch_size=20), batch_size=20) as ld,
         pytest.raises(StateError, match="batch_size=10"),
     ):
         ld.load_state_dict(saved)
@@ -151,13 +146,13 @@ def test_a_mixture_reads_each_source_once_and_resumes_on_any_host_count(
 
 @pytest.mark.parametrize(("saved_in", "go_on_in"), [("address", "plan"), ("plan", "address")])
 def test_a_state_of_the_other_host_order_says_the_exact_way_on(
-    root: Path, saved_in: str, go_on_in: str
+    once_root: Path, saved_in: str, go_on_in: str
 ) -> None:
     """Refused (another split of each step), a state of the other host order said until
     2026-12-04 that going on would repeat and skip samples, as for other data: but both
     orders read the same samples at every step. The way on it gives now, followed (after a
     change of batch size too), reads each step's samples of a straight run, none twice."""
-    make = maker(root, "tokens", True)
+    make = maker(once_root, "tokens", True)
     seed = 21
     _, state = run(make, 10, 2, seed, 3, host_order=saved_in)
     _, state = run(make, 6, 3, seed, 2, state, host_order=saved_in)  # origin: (3, 30)
