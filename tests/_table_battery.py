@@ -101,6 +101,13 @@ def full_table(seed: int = 0) -> pa.Table:
         "u8_vec": pa.array(
             list(rng.integers(0, 256, (N, 3), dtype=np.uint8)), pa.list_(pa.uint8(), 3)
         ),
+        # Lists of bools (a mask per token): bit-packed, cut at any bit.
+        "bool_list": pa.array(
+            [rng.integers(0, 2, n).astype(bool) for n in lengths], pa.list_(pa.bool_())
+        ),
+        "bool_vec": pa.array(
+            list(rng.integers(0, 2, (N, 3)).astype(bool)), pa.list_(pa.bool_(), 3)
+        ),
         "cat": pa.array([f"c{i % 5}" for i in range(N)]).dictionary_encode(),
         "num_cat": pa.array((np.arange(N) % 7).astype(np.int16) * 1000).dictionary_encode(),
         "st": pa.array(
@@ -135,7 +142,6 @@ REFUSED = {
     "decimal128": pa.array([Decimal(i) / 100 for i in range(N)], pa.decimal128(10, 2)),
     "list-list": pa.array([[[i], [i, i]] for i in range(N)], pa.list_(pa.list_(pa.int32()))),
     "list-string": pa.array([[str(i)] for i in range(N)], pa.list_(pa.string())),
-    "list-bool": pa.array([[True]] * N, pa.list_(pa.bool_())),
     "all-null": pa.nulls(N),
     "map": pa.array([[("k", i)] for i in range(N)], pa.map_(pa.string(), pa.int64())),
     "fixed-binary": pa.array([b"abcd"] * N, pa.binary(4)),

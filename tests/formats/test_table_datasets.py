@@ -80,3 +80,28 @@ def test_column_picks_are_honoured(loaded: Any) -> None:
         table_token_files(kept, "text")
     (tf,) = table_token_files(loaded.remove_columns(["text"]))
     assert tf.num_tokens == sum(map(len, loaded["input_ids"]))
+
+
+def test_a_bool_mask_per_token_reads_padded_beside_its_ids(tmp_path: Path) -> None:
+    # Sequence(Value("bool")), a loss mask per token: list<bool>, refused until 2026-12-04.
+    ids = [list(range(i % 7 + 1)) for i in range(N)]
+    masks = [[j % 3 != 0 for j in range(len(r))] for r in ids]
+    datasets.Dataset.from_dict({"input_ids": ids, "keep": masks}).save_to_disk(str(tmp_path / "s"))
+    src = TableSource(str(tmp_path / "s"), width=8, shuffle="none")
+    got = src.read(0, np.arange(N, dtype=np.int64))
+    assert got["keep"].dtype == np.bool_ and got["keep"].shape == (N, 8)
+    want = np.zeros((N, 8), bool)
+    for i, m in enumerate(masks):
+        want[i, : len(m)] = m
+    assert np.array_equal(got["keep"], want)
+    assert np.array_equal(got["keep_mask"], got["input_ids_mask"])
+    src.close()
+    # Padding True where asked; a pad a bool cannot hold, or a label column's -100, refused.
+    src = TableSource(str(tmp_path / "s"), width=8, shuffle="none", pad_values={"keep": 1})
+    got = src.read(0, np.arange(N, dtype=np.int64))
+    assert np.array_equal(got["keep"], want | ~got["keep_mask"])
+    src.close()
+    with pytest.raises(ConfigError, match=r"column 'keep': pad_value 2 does not fit dtype bool"):
+        TableSource(str(tmp_path / "s"), width=8, pad_values={"keep": 2})
+    with pytest.raises(ConfigError, match=r"'keep' \(list<item: bool>\) is padded with ignore_"):
+        TableSource(str(tmp_path / "s"), width=8, label_columns=["keep"])

@@ -189,7 +189,7 @@ def classify_column(
     when = temporal_dtype(typ)
     if when is not None:  # timestamps, dates, durations: datetime64 / timedelta64
         return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=when)
-    if t.is_fixed_size_list(typ) and numeric(typ.value_type):
+    if t.is_fixed_size_list(typ) and (numeric(typ.value_type) or t.is_boolean(typ.value_type)):
         return TableColumn(
             name=name,
             arrow_type=str(typ),
@@ -197,7 +197,9 @@ def classify_column(
             dtype=numeric_dtype(pa, typ.value_type),
             width=typ.list_size,
         )
-    if (t.is_list(typ) or t.is_large_list(typ)) and numeric(typ.value_type):
+    if (t.is_list(typ) or t.is_large_list(typ)) and (
+        numeric(typ.value_type) or t.is_boolean(typ.value_type)
+    ):  # a list of bools: a mask per token, padded with False (or pad_values 1: True)
         return TableColumn(
             name=name, arrow_type=str(typ), kind="ragged", dtype=numeric_dtype(pa, typ.value_type)
         )
@@ -209,8 +211,9 @@ def classify_column(
         hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
-        "supported: numbers, bool, timestamps, dates and durations, fixed_size_list<number>, "
-        f"list<number> (e.g. token ids), string/binary. Leave it out with columns=[...].{hint}"
+        "supported: numbers, bool, timestamps, dates and durations, fixed_size_list<number "
+        "or bool>, list<number or bool> (e.g. token ids), string/binary. Leave it out with "
+        f"columns=[...].{hint}"
     )
 
 
