@@ -29,6 +29,7 @@ from _table_battery import (
     read_reference,
     refused_rows,
     with_nulls,
+    with_views,
     write,
     write_arrow,
 )
@@ -167,13 +168,27 @@ def test_sub_windows_on_s3_skip_columns_of_every_layout_left_out(
     # 60- to 100-row record batches. A map or a view makes the record batch be
     # fetched whole (``whole``); the other layouts are cut by rows.
     table = _decoded(TABLE)
-    unsliced = ("map", "string_view")
-    left_out = {k: v for k, v in REFUSED.items() if whole or k not in unsliced}
+    left_out = {k: v for k, v in REFUSED.items() if whole or k != "map"}
+    if whole:  # views too (read, in test_views_on_s3_read_whole_record_batches)
+        left_out |= {"view": pa.array([str(i) for i in range(len(TABLE))], pa.string_view())}
     for i, (name, column) in enumerate(left_out.items()):
         table = table.add_column(i, f"x-{name}", column)
     path = write_arrow(tmp_path / "x.arrow", table, stream=stream)
     url = put(path, f"layouts-{stream}-{whole}")
     check_source(url, read_reference(path), NAMES, store_options=options(s3))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+def test_views_on_s3_read_whole_record_batches(
+    s3: S3Fixture, put: Put, stream: bool, tmp_path: Path
+) -> None:
+    # A record batch holding views (polars' IPC strings) is fetched whole, not cut by
+    # rows; its views read as their values.
+    t = with_views(TABLE.select(["i64", "text", "blob", "ids"]))
+    path = write_arrow(tmp_path / "v.arrow", t, stream=stream)
+    url = put(path, f"views-{stream}")
+    check_source(url, read_reference(path), ["i64", "text_view", "blob_view", "ids"],
+                 store_options=options(s3))  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -196,7 +211,7 @@ def test_packed_token_lists_on_s3_after_columns_of_every_layout(
 ) -> None:
     # Packing finds a column's values by counting the buffers of the columns before it
     # in each record batch header: every layout it can step over lies before it here.
-    left_out = {f"x-{k}": v for k, v in REFUSED.items() if k != "string_view"}
+    left_out = {f"x-{k}": v for k, v in REFUSED.items()}
     table = pa.table({**left_out, column: TABLE.column(column), "i64": TABLE.column("i64")})
     path = write_arrow(tmp_path / "p.arrow", table, stream=stream)
     url = put(path, f"packed-{column}-{stream}")
@@ -214,7 +229,7 @@ def test_packed_token_lists_on_s3_after_columns_of_every_layout(
             assert np.array_equal(got["y"][i], tokens[at + 1 : at + context + 1]), (where, i)
         src.close()
     with pytest.raises(ConfigError, match=r"a column before 'ids' has a layout packing cannot"):
-        views = pa.table({"v": REFUSED["string_view"], "ids": TABLE.column("ids")})
+        views = pa.table({"v": pa.array(["a"] * len(TABLE), pa.string_view()), "ids": TABLE["ids"]})
         table_token_files(
             put(write_arrow(tmp_path / "v.arrow", views), "packed-views"),
             "ids",

@@ -16,7 +16,7 @@ from headrace.formats._map_fill import FillPolicy
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_fill import fill_maps, mapped
 from headrace.formats._table_nulls import item_check, null_check, null_item_rows
-from headrace.formats._table_schema import TableColumn
+from headrace.formats._table_schema import VIEWS, TableColumn
 from headrace.formats._table_spans import Groups, Spans, Views
 
 __all__ = ["column_view", "gather"]
@@ -80,6 +80,8 @@ def column_view(
                 valid,
                 holes,
             )
+        if str(arr.type) in VIEWS:  # strings held as views: offsets and data, a copy
+            arr = arr.cast(getattr(pa, VIEWS[str(arr.type)])())
         bufs = arr.buffers()
         off_dtype = (
             np.int64

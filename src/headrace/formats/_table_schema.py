@@ -16,6 +16,7 @@ from headrace.errors import ConfigError, FormatError
 from headrace.formats._arrow_numpy import temporal_dtype
 
 __all__ = [
+    "VIEWS",
     "TableColumn",
     "array_feature",
     "check_names",
@@ -30,6 +31,10 @@ __all__ = [
     "struct_child",
     "table_columns",
 ]
+
+#: Arrow's view types of strings and bytes (polars writes them to IPC files), read as
+#: the large type of the same values: ``arr.cast(VIEWS[str(arr.type)]())``, a copy.
+VIEWS = {"string_view": "large_string", "binary_view": "large_binary"}
 
 
 def check_names(pa: Any, schema: Any, path: str) -> None:
@@ -203,7 +208,13 @@ def classify_column(
         return TableColumn(
             name=name, arrow_type=str(typ), kind="ragged", dtype=numeric_dtype(pa, typ.value_type)
         )
-    if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
+    if (
+        t.is_string(typ)
+        or t.is_binary(typ)
+        or t.is_large_string(typ)
+        or t.is_large_binary(typ)
+        or str(typ) in VIEWS  # polars' IPC files: read as their large type (a copy)
+    ):
         return TableColumn(name=name, arrow_type=str(typ), kind="bytes", dtype=np.dtype(np.uint8))
     hint = ""
     if t.is_struct(typ):
@@ -348,7 +359,8 @@ def _loose(pa: Any, schema: Any) -> Any:
     """``schema`` as far as reading it is concerned: every file is read by its own
     types into the same arrays, so whether a field may hold nulls (they are refused by
     row anyway), 32- or 64-bit offsets (``string`` / ``large_string``, ``list`` /
-    ``large_list``: polars writes the large ones, pyarrow and pandas the others) and
+    ``large_list``: polars writes the large ones, pyarrow and pandas the others; a
+    ``string_view`` or ``binary_view``, polars' IPC files' strings, too) and
     dictionary encoding (a pandas ``category``, whose index width follows its count of
     categories; decoded per span) do not matter, nor does the columns' order; value
     types do. Until 2026-12-03 such shards side by side were refused."""
@@ -356,9 +368,9 @@ def _loose(pa: Any, schema: Any) -> Any:
     def loose(typ: Any) -> Any:
         if pa.types.is_dictionary(typ):
             return loose(typ.value_type)
-        if pa.types.is_large_string(typ):
+        if pa.types.is_large_string(typ) or str(typ) == "string_view":
             return pa.string()
-        if pa.types.is_large_binary(typ):
+        if pa.types.is_large_binary(typ) or str(typ) == "binary_view":
             return pa.binary()
         if pa.types.is_large_list(typ) or pa.types.is_list(typ):
             return pa.list_(loose(typ.value_type))
