@@ -108,6 +108,10 @@ def full_table(seed: int = 0) -> pa.Table:
         "bool_vec": pa.array(
             list(rng.integers(0, 2, (N, 3)).astype(bool)), pa.list_(pa.bool_(), 3)
         ),
+        # Fixed-size binary (a hash, an id): each row's 16 bytes as (B, 16) uint8.
+        "digest": pa.array(
+            [bytes(r) for r in rng.integers(0, 256, (N, 16), dtype=np.uint8)], pa.binary(16)
+        ),
         "cat": pa.array([f"c{i % 5}" for i in range(N)]).dictionary_encode(),
         "num_cat": pa.array((np.arange(N) % 7).astype(np.int16) * 1000).dictionary_encode(),
         "st": pa.array(
@@ -155,7 +159,6 @@ REFUSED = {
     "list-string": pa.array([[str(i)] for i in range(N)], pa.list_(pa.string())),
     "all-null": pa.nulls(N),
     "map": pa.array([[("k", i)] for i in range(N)], pa.map_(pa.string(), pa.int64())),
-    "fixed-binary": pa.array([b"abcd"] * N, pa.binary(4)),
 }
 
 
@@ -292,6 +295,9 @@ def expected(
     col = _column(ref, name).take(pa.array(rows, pa.int64()))
     typ = col.type
     t = pa.types
+    if t.is_fixed_size_binary(typ):
+        flat = np.frombuffer(b"".join(col.to_pylist()), np.uint8)
+        return {name: flat.reshape(len(rows), typ.byte_width)}
     if t.is_fixed_size_list(typ):
         flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
         return {name: flat.reshape(len(rows), typ.list_size)}

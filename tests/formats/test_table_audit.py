@@ -32,7 +32,7 @@ from _table_battery import (
     write,
     write_parquet,
 )
-from headrace.errors import FormatError
+from headrace.errors import ConfigError, FormatError
 from headrace.formats import TableSource
 from headrace.pipeline import Loader
 
@@ -134,6 +134,23 @@ def test_string_and_binary_views_read_as_their_values(kind: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_fixed_size_binary_reads_as_bytes_and_is_no_token_column(kind: str, tmp_path: Path) -> None:
+    # fixed_size_binary[16] (a hash, an id) was refused until 2026-12-04; now (B, 16)
+    # uint8, in the battery's every check. Its bytes are no token ids: a vocab_size for
+    # every integer-list column leaves it alone, and naming it is refused.
+    t = TABLE.select(["i64", "digest", "ids"])
+    path = write(kind, tmp_path / "d", t)
+    src = TableSource(str(path), width=24, shuffle="none", vocab_size=50_000)
+    got = src.read(0, np.arange(len(t), dtype=np.int64))
+    assert got["digest"].dtype == np.uint8 and got["digest"].shape == (len(t), 16)
+    assert [bytes(r) for r in got["digest"]] == t.column("digest").to_pylist()
+    assert list(src.vocab) == ["ids"]
+    src.close()
+    with pytest.raises(ConfigError, match=r"vocab_size names column\(s\) \['digest'\]"):
+        TableSource(str(path), width=24, vocab_size={"digest": 256})
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_files_whose_columns_are_in_another_order_read_by_name(kind: str, tmp_path: Path) -> None:
     a = write(kind, tmp_path / "a", TABLE.slice(0, 100), (30, 70))
     names = TABLE.column_names
@@ -190,7 +207,19 @@ def test_dictionary_deltas_of_arrow_ipc_read_as_pyarrow_reads_them(
     check_source(path, read_reference(path), ["cat", "i"])
 
 
-NULLABLE = ["i8", "u64", "f16", "flag", "text", "large_blob", "ids", "large_ids", "vec", "cat"]
+NULLABLE = [
+    "i8",
+    "u64",
+    "f16",
+    "flag",
+    "text",
+    "large_blob",
+    "ids",
+    "large_ids",
+    "vec",
+    "digest",
+    "cat",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -235,7 +264,7 @@ def test_types_headrace_cannot_convert_are_refused_by_name(
     check_source(path, read_reference(path), ["i64"], seeds=(0,))  # left out, the rest reads
 
 
-@pytest.mark.parametrize("column", ["i32", "f32", "flag", "text", "ids", "cat", "st.a"])
+@pytest.mark.parametrize("column", ["i32", "f32", "flag", "text", "ids", "digest", "cat", "st.a"])
 def test_null_rows_of_parquet_without_statistics_are_refused_each_as_read(
     column: str, tmp_path: Path
 ) -> None:

@@ -116,9 +116,8 @@ def test_arrow_ipc_of_a_sliced_table(tmp_path: Path) -> None:
             pa.array(np.arange(N, dtype=np.int32), pa.time32("s")),
             r"column 'c' has type time32\[m?s\]",
         ),
-        (pa.array([b"abcd"] * N, pa.binary(4)), r"column 'c' has type fixed_size_binary\[4\]"),
     ],
-    ids=["struct", "list-list", "time-of-day", "fixed-binary"],
+    ids=["struct", "list-list", "time-of-day"],
 )
 @pytest.mark.parametrize("kind", ["parquet", "arrow"])
 def test_unsupported_column_types_are_refused_by_name(

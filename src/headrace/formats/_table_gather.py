@@ -59,6 +59,14 @@ def column_view(
             # rounds int64 values past 2**53; nulls become 0 here instead (the
             # rows are refused by null_check anyway).
             return (zero_filled(arr), valid, None)
+        if col.fixed_bytes:  # fixed_size_binary: k bytes a row in one buffer
+            k, data = col.width, arr.buffers()[1]
+            flat = (
+                np.frombuffer(data, np.uint8, count=len(arr) * k, offset=arr.offset * k)
+                if len(arr)
+                else np.empty(0, np.uint8)
+            )
+            return (flat.reshape(len(arr), k), valid, None)
         if col.kind == "fixed":
             # The child values of every slot, null rows included, so that row
             # i stays at items [i*k, (i+1)*k) (flatten() skips null rows).

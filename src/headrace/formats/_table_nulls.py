@@ -224,7 +224,7 @@ def refuse_stored_nulls(
                 if (int(pi), n) not in nodes:
                     nodes[int(pi), n] = part.field_nodes(columns[n].read, columns[n].field)
                 counts[n] = part.index.nodes[int(si)][nodes[int(pi), n], 1]
-                if items is not None and columns[n].kind in ("ragged", "fixed"):
+                if items is not None and columns[n].listed:
                     itemed |= bool(part.index.nodes[int(si)][nodes[int(pi), n][-1] + 1, 1])
             todo = [n for n in names if counts[n].any()]
             if not todo and not itemed:
@@ -252,7 +252,7 @@ def refuse_stored_nulls(
                 null = np.flatnonzero(~valid_rows(col))
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())
-            if items is not None and tc.kind in ("ragged", "fixed"):
+            if items is not None and tc.listed:
                 held = null_item_rows(col, tc.width if tc.kind == "fixed" else None)
                 if held.size:
                     rows = held[: MAX_NAMED_NULLS - len(items[name].rows)] + int(spans.starts[span])
@@ -312,15 +312,15 @@ def refuse_parquet_nulls(
     found: Mapping[str, NullRows],
     valid_of: Callable[[int, str], Any],
 ) -> None:
-    """Count the null rows of ``found``'s flat columns (numbers, strings) in Parquet
-    files into it.
+    """Count the null rows of ``found``'s flat columns (numbers, strings, fixed-size
+    binary) in Parquet files into it.
 
     A row group's statistics count a flat column's nulls, so only a row group
     that has some is decoded (that column, by ``valid_of(span, name)``: its
     validity), while rows are still to be named. A list's values are counted with
     its empty lists, so lists are checked as their rows are read.
     """
-    flat = [n for n in found if columns[n].kind in ("scalar", "bytes")]
+    flat = [n for n in found if columns[n].kind in ("scalar", "bytes") or columns[n].fixed_bytes]
     leaves: dict[int, dict[str, int]] = {}
     seen: set[tuple[int, int]] = set()  # a row group's sub-windows share its statistics
     for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):

@@ -89,6 +89,16 @@ class TableColumn:
         """What is asked of the files: the top-level column (a struct is read whole)."""
         return self.source or self.name
 
+    @property
+    def fixed_bytes(self) -> bool:
+        """A ``fixed_size_binary[k]`` column: ``(B, k)`` bytes of each row, no list items."""
+        return self.arrow_type.startswith("fixed_size_binary")
+
+    @property
+    def listed(self) -> bool:
+        """Whether the values are a list's items, each of which may be null apart."""
+        return self.kind in ("ragged", "fixed") and not self.fixed_bytes
+
 
 def _bytes_field(pa: Any, typ: Any) -> Any:
     """The type of struct ``typ``'s ``bytes`` field if it is binary, else ``None``."""
@@ -202,6 +212,14 @@ def classify_column(
             dtype=numeric_dtype(pa, typ.value_type),
             width=typ.list_size,
         )
+    if t.is_fixed_size_binary(typ):  # hashes, ids: each row's k bytes
+        return TableColumn(
+            name=name,
+            arrow_type=str(typ),
+            kind="fixed",
+            dtype=np.dtype(np.uint8),
+            width=typ.byte_width,
+        )
     if (t.is_list(typ) or t.is_large_list(typ)) and (
         numeric(typ.value_type) or t.is_boolean(typ.value_type)
     ):  # a list of bools: a mask per token, padded with False (or pad_values 1: True)
@@ -223,7 +241,8 @@ def classify_column(
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, bool, timestamps, dates and durations, fixed_size_list<number "
-        "or bool>, list<number or bool> (e.g. token ids), string/binary. Leave it out with "
+        "or bool>, list<number or bool> (e.g. token ids), string/binary, fixed_size_binary. "
+        "Leave it out with "
         f"columns=[...].{hint}"
     )
 

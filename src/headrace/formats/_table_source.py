@@ -329,7 +329,11 @@ class TableSource:
         if vocab_size is None:
             return {}
         cols = self.table.columns
-        ints = [c for c in self.names if cols[c].kind != "bytes" and cols[c].dtype.kind in "iu"]
+        ints = [
+            c
+            for c in self.names
+            if cols[c].kind != "bytes" and cols[c].dtype.kind in "iu" and not cols[c].fixed_bytes
+        ]
         lists = [c for c in ints if cols[c].kind in ("ragged", "fixed")]
         if isinstance(vocab_size, Mapping):
             vocab = {c: check_vocab_size(v) for c, v in vocab_size.items()}
