@@ -344,13 +344,28 @@ def test_damaged_objects_are_named(s3: S3Fixture) -> None:
     with pytest.raises(FormatError, match=r"body\.arrow: record batch 1: truncated or corrupt"):
         src.read(0, np.arange(100, 132))
     src.close()
-    # Dictionary-encoded columns: refused by name at open.
+    # Dictionary-encoded columns: refused by name at open when read; the others read.
     coded = pa.table({"tag": pa.array(["a", "b", "a"]).dictionary_encode(), "n": [1, 2, 3]})
     _put(s3, "bad/dict.arrow", _stream(coded, chunk=3))
     with pytest.raises(
         FormatError, match=r"dict\.arrow: column\(s\) \['tag'\] are dictionary-encoded"
     ):
         Table.open(f"{URL}/bad/dict.arrow", store_options=options(s3))
+    table = Table.open(f"{URL}/bad/dict.arrow", columns=["n"], store_options=options(s3))
+    assert table.read_rows(np.arange(3))["n"].tolist() == [1, 2, 3]
+    table.close()
+    # In a list, a dictionary cannot be counted past: the file is refused, naming it.
+    listed = pa.table(
+        {
+            "tags": pa.array([["a"], ["b"]], pa.list_(pa.dictionary(pa.int8(), pa.string()))),
+            "n": [1, 2],
+        }
+    )
+    _put(s3, "bad/dict-list.arrow", _stream(listed, chunk=2))
+    with pytest.raises(
+        FormatError, match=r"column\(s\) \['tags'\] hold dictionary-encoded values in a list"
+    ):
+        Table.open(f"{URL}/bad/dict-list.arrow", columns=["n"], store_options=options(s3))
     # Null rows: refused when the source is made, from the headers' null counts (every
     # record batch's counted; the first, fetched, names the first few rows).
     nulls = pa.table({"input_ids": pa.array([[1], None, [2]] * 50, pa.list_(pa.int32()))})

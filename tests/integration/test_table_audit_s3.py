@@ -143,18 +143,23 @@ def test_files_of_other_column_orders_and_offset_widths_on_s3(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
-def test_arrow_ipc_dictionaries_on_s3_are_refused_at_open(
+def test_arrow_ipc_dictionaries_on_s3_are_refused_when_read_and_counted_past_when_not(
     s3: S3Fixture,
     put: Put,
     stream: bool,
     tmp_path: Path,
 ) -> None:
+    # Left out, they are counted past (record batches decoded with their indices, no
+    # dictionary batch fetched), cut by rows as the rest; until 2026-12-04 the whole
+    # file was refused. Read, they are refused at open, naming them.
     path = write_arrow(tmp_path / "d.arrow", TABLE, stream=stream)
     url = put(path, f"dict-{stream}")
+    rest = [n for n in NAMES if n not in ("cat", "num_cat")]
+    check_source(url, read_reference(path), rest, store_options=options(s3))
     with pytest.raises(
         FormatError, match=r"d\.arrow: column\(s\) \['cat', 'num_cat'\] are dictionary-encoded"
     ):
-        TableSource(url, columns=["i64"], store_options=options(s3))
+        TableSource(url, columns=["i64", "cat", "num_cat"], store_options=options(s3))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])

@@ -25,6 +25,7 @@ __all__ = [
     "_SCHEMA",
     "_buffer_counts",
     "_has_dictionary",
+    "_indexed",
     "_node_counts",
 ]
 
@@ -101,6 +102,21 @@ def _has_dictionary(pa: Any, typ: Any) -> bool:
     return any(_has_dictionary(pa, typ.field(i).type) for i in range(typ.num_fields))
 
 
+def _indexed(pa: Any, typ: Any) -> Any:
+    """``typ`` with each dictionary in it (at the top or in a struct) as its index type,
+    whose layout a record batch holds; ``None`` where a dictionary lies elsewhere (in
+    a list or a map). A record batch decoded so needs none of the dictionary batches:
+    the columns left out of a read may be dictionary-encoded."""
+    if pa.types.is_dictionary(typ):
+        return typ.index_type
+    if pa.types.is_struct(typ):
+        kids = [(f, _indexed(pa, f.type)) for f in typ]
+        if any(k is None for _, k in kids):
+            return None
+        return pa.struct([f.with_type(k) for f, k in kids])
+    return None if _has_dictionary(pa, typ) else typ
+
+
 def _node_counts(pa: Any, typ: Any) -> int:
     """Field nodes a column of ``typ`` has in a record batch (itself, then its children's)."""
     if isinstance(typ, pa.ExtensionType):
@@ -118,6 +134,8 @@ def _buffer_counts(pa: Any, typ: Any) -> int | None:
         typ = typ.storage_type
     if t.is_null(typ):
         return 0
+    if t.is_dictionary(typ):
+        return 2  # validity, indices (the values come in dictionary batches)
     if t.is_string(typ) or t.is_binary(typ) or t.is_large_string(typ) or t.is_large_binary(typ):
         return 3  # validity, offsets, data
     if t.is_list(typ) or t.is_large_list(typ) or t.is_map(typ):

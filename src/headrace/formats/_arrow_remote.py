@@ -31,7 +31,8 @@ batch larger than a window is read a sub-window at a time
 (:mod:`~headrace.formats._arrow_slice`).
 Every read is checked against the size and ETag seen at open, so an object
 replaced under a running job is an error. Dictionary-encoded columns (which
-``datasets`` does not write) are refused by name.
+``datasets`` does not write) are refused by name when read; left out, they are
+counted past (their dictionary batches never fetched).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from headrace.formats._arrow_format import (
     _buffer_counts,
     _Corrupt,
     _Flat,
-    _has_dictionary,
+    _indexed,
     _node_counts,
 )
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
@@ -353,13 +354,20 @@ class _Walk:
                     if all(c is not None for c in counted):
                         buffers = [c for c in counted if c is not None]
                 elif kind == _DICTIONARY:
-                    coded = [f.name for f in schema or [] if _has_dictionary(pa, f.type)]
-                    raise FormatError(
-                        f"{url}: column(s) {coded} are dictionary-encoded, which headrace does "
-                        "not read in an Arrow IPC file on object storage, even when they are "
-                        "left out (datasets does not write them); decode them (pyarrow: "
-                        "table.cast to the value type) or copy the file to local disk"
-                    )
+                    # Its values are never read (a read leaves dictionary columns out:
+                    # Table refuses them), unless one lies in a list or map, which a
+                    # record batch cannot be decoded past without them.
+                    if schema is None:
+                        raise _Corrupt("a dictionary batch before the schema")
+                    coded = [f.name for f in schema if _indexed(pa, f.type) is None]
+                    if coded:
+                        raise FormatError(
+                            f"{url}: column(s) {coded} hold dictionary-encoded values in a "
+                            "list or map, which headrace does not read in an Arrow IPC file "
+                            "on object storage, even when they are left out; decode them "
+                            "(pyarrow: table.cast to the value type) or copy the file to "
+                            "local disk"
+                        )
                 elif kind == _RECORD_BATCH:
                     if not schema_message or header is None:
                         raise _Corrupt("a record batch before the schema, or without a header")
@@ -458,6 +466,12 @@ class RemoteArrow(RemotePart):
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
         check_names(pa, self.schema, url)
+        # What record batches are decoded by: dictionary columns (never read here) as
+        # their indices, so that no dictionary batch is needed.
+        self._decode = pa.schema(
+            [f.with_type(_indexed(pa, f.type) or f.type) for f in self.schema],
+            metadata=self.schema.metadata,
+        )
 
     @classmethod
     def open_all(
@@ -521,7 +535,7 @@ class RemoteArrow(RemotePart):
         spans = fetched_spans(self.fetch, i, frozenset(names), fetched)
         pa = self._pa
         try:
-            batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.schema)
+            batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self._decode)
             for name in names:  # bytes from the network: offsets checked too
                 batch.column(name).validate(full=True)
         except (pa.ArrowException, OSError, EOFError) as exc:  # EOFError: a zero length prefix

@@ -168,6 +168,16 @@ class Table(Closing):
         names = columns_read(pa, self._parts, columns, self._where)
         first = reference_part(pa, self._parts)
         self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
+        remote_ipc = [p for p in self._parts if isinstance(p, RemoteArrow)]
+        coded = [c for c, col in self._columns.items() if col.arrow_type.startswith("dictionary<")]
+        if remote_ipc and coded:
+            raise FormatError(
+                f"{remote_ipc[0].path}: column(s) {coded} are dictionary-encoded, which "
+                "headrace does not read in an Arrow IPC file on object storage (datasets does "
+                "not write them; the other columns read): leave them out with columns=[...], "
+                "decode them (pyarrow: table.cast to the value type), or copy the file to "
+                "local disk"
+            )
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
         features = image_features(first.schema)
         self.image_columns = [c for c in features if c in self._columns]
