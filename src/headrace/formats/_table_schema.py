@@ -242,8 +242,7 @@ def classify_column(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, bool, timestamps, dates and durations, fixed_size_list<number "
         "or bool>, list<number or bool> (e.g. token ids), string/binary, fixed_size_binary. "
-        "Leave it out with "
-        f"columns=[...].{hint}"
+        f"Leave it out with columns=[...].{hint}"
     )
 
 
