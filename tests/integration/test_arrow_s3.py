@@ -9,6 +9,7 @@ body at open. Damaged objects are errors naming the object.
 from __future__ import annotations
 
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -366,6 +367,13 @@ def test_damaged_objects_are_named(s3: S3Fixture) -> None:
         FormatError, match=r"column\(s\) \['tags'\] hold dictionary-encoded values in a list"
     ):
         Table.open(f"{URL}/bad/dict-list.arrow", columns=["n"], store_options=options(s3))
+    # A dictionary batch before the schema (the schema message cut out): corrupt, named.
+    body = _stream(coded, chunk=3)
+    first = 8 + struct.unpack_from("<i", body, 4)[0]  # the schema message: no body
+    _put(s3, "bad/dict-first.arrow", body[first:])
+    with pytest.raises(FormatError, match=r"dict-first\.arrow: corrupt Arrow IPC message at "
+                       r"byte 0: a dictionary batch before the schema"):  # fmt: skip
+        Table.open(f"{URL}/bad/dict-first.arrow", columns=["n"], store_options=options(s3))
     # Null rows: refused when the source is made, from the headers' null counts (every
     # record batch's counted; the first, fetched, names the first few rows).
     nulls = pa.table({"input_ids": pa.array([[1], None, [2]] * 50, pa.list_(pa.int32()))})

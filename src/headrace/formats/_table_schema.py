@@ -386,9 +386,11 @@ def _loose(pa: Any, schema: Any) -> Any:
     def loose(typ: Any) -> Any:
         if pa.types.is_dictionary(typ):
             return loose(typ.value_type)
-        if pa.types.is_large_string(typ) or str(typ) == "string_view":
+        if str(typ) in VIEWS:
+            typ = getattr(pa, VIEWS[str(typ)])()
+        if pa.types.is_large_string(typ):
             return pa.string()
-        if pa.types.is_large_binary(typ) or str(typ) == "binary_view":
+        if pa.types.is_large_binary(typ):
             return pa.binary()
         if pa.types.is_large_list(typ) or pa.types.is_list(typ):
             return pa.list_(loose(typ.value_type))
