@@ -345,15 +345,47 @@ def test_damaged_objects_are_named(s3: S3Fixture) -> None:
     with pytest.raises(FormatError, match=r"body\.arrow: record batch 1: truncated or corrupt"):
         src.read(0, np.arange(100, 132))
     src.close()
-    # Dictionary-encoded columns: refused by name at open when read; the others read.
+    # Dictionary-encoded columns: read (since 2026-12-04); a dictionary batch garbled
+    # (its string offsets past its values), or a code past the dictionary's end, is
+    # refused when the column is read, naming the object and batch; left out, the
+    # other columns read.
     coded = pa.table({"tag": pa.array(["a", "b", "a"]).dictionary_encode(), "n": [1, 2, 3]})
     _put(s3, "bad/dict.arrow", _stream(coded, chunk=3))
-    with pytest.raises(
-        FormatError, match=r"dict\.arrow: column\(s\) \['tag'\] are dictionary-encoded"
-    ):
-        Table.open(f"{URL}/bad/dict.arrow", store_options=options(s3))
-    table = Table.open(f"{URL}/bad/dict.arrow", columns=["n"], store_options=options(s3))
-    assert table.read_rows(np.arange(3))["n"].tolist() == [1, 2, 3]
+    table = Table.open(f"{URL}/bad/dict.arrow", store_options=options(s3))
+    tags = table.read_rows(np.arange(3))["tag"]
+    assert [tags.row(i).tobytes() for i in range(3)] == [b"a", b"b", b"a"]
+    table.close()
+    body = bytearray(_stream(coded, chunk=3))
+    offsets = np.array([0, 1, 2], np.int32).tobytes()
+    body[body.index(offsets) + 8 : body.index(offsets) + 12] = (10**6).to_bytes(4, "little")
+    beyond = pa.DictionaryArray.from_arrays(
+        pa.array([0, 5, 1], pa.int8()), pa.array(["a", "b"]), safe=False
+    )
+    cases = {
+        "dict-body": (bytes(body), r"record batch 0: its dictionary batches \(at bytes \[\d+\]\) "
+                      r"are truncated or corrupt"),
+        "dict-code": (_stream(pa.table({"tag": beyond, "n": [1, 2, 3]}), chunk=3),
+                      r"record batch 0: column 'tag': corrupt Arrow IPC dictionary indices"),
+    }  # fmt: skip
+    for name, (data, message) in cases.items():
+        _put(s3, f"bad/{name}.arrow", data)
+        table = Table.open(f"{URL}/bad/{name}.arrow", store_options=options(s3))
+        with pytest.raises(FormatError, match=rf"{name}\.arrow: {message}"):
+            table.read_rows(np.arange(3))
+        assert table.read_rows(np.arange(3), columns=["n"])["n"].tolist() == [1, 2, 3]
+        table.close()
+    # In a struct, a dictionary field is refused by name when read (the struct's
+    # other fields read).
+    held = pa.table(
+        {"s": pa.StructArray.from_arrays([coded["tag"].combine_chunks(), pa.array([4, 5, 6])],
+                                         names=["tag", "k"]), "n": [1, 2, 3]}
+    )  # fmt: skip
+    _put(s3, "bad/dict-struct.arrow", _stream(held, chunk=3))
+    with pytest.raises(FormatError, match=r"column\(s\) \['s\.tag'\] hold dictionary-encoded "
+                       r"fields in a struct"):  # fmt: skip
+        Table.open(f"{URL}/bad/dict-struct.arrow", columns=["s.tag"], store_options=options(s3))
+    table = Table.open(f"{URL}/bad/dict-struct.arrow", columns=["s.k"], store_options=options(s3))
+    assert table.read_rows(np.arange(3))["s.k"].tolist() == [4, 5, 6]
     table.close()
     # In a list, a dictionary cannot be counted past: the file is refused, naming it.
     listed = pa.table(

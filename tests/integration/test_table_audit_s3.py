@@ -48,21 +48,6 @@ TABLE = full_table(seed=1)
 NAMES = read_names(TABLE)
 
 
-def _write(kind: str, path: Path, table: pa.Table, chunks: tuple[int, ...] = CHUNKS) -> Path:
-    return write(kind, path, table if kind == "parquet" else _decoded(table), chunks)
-
-
-def _decoded(table: pa.Table) -> pa.Table:
-    """``table`` without dictionary-typed columns: an Arrow IPC file on object storage
-    that has some is refused (test_arrow_ipc_dictionaries_on_s3_are_refused_at_open)."""
-    return table.cast(
-        pa.schema(
-            pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
-            for f in table.schema
-        )
-    )
-
-
 @pytest.fixture(scope="module")
 def put(s3: S3Fixture) -> Put:
     """Uploads a local file under ``table-audit/<folder>/`` and returns its URL."""
@@ -86,7 +71,7 @@ def test_every_column_type_on_s3_reads_as_pyarrow_reads_it(
     tmp_path: Path,
 ) -> None:
     table = TABLE.slice(11, 200) if sliced else TABLE
-    path = _write(kind, tmp_path / "t", table, (50, 150) if sliced else CHUNKS)
+    path = write(kind, tmp_path / "t", table, (50, 150) if sliced else CHUNKS)
     url = put(path, f"{kind}-{sliced}")
     ref = read_reference(path)
     assert check_source(url, ref, NAMES, store_options=options(s3)) > ref.num_rows
@@ -99,9 +84,7 @@ def test_compressed_arrow_ipc_on_s3_reads_as_pyarrow_reads_it(
     s3: S3Fixture, put: Put, stream: bool, compression: str, tmp_path: Path
 ) -> None:
     # Compressed bodies cannot be cut by rows: each record batch is fetched whole.
-    path = write_arrow(
-        tmp_path / "c.arrow", _decoded(TABLE), stream=stream, compression=compression
-    )
+    path = write_arrow(tmp_path / "c.arrow", TABLE, stream=stream, compression=compression)
     url = put(path, f"compressed-{compression}-{stream}")
     check_source(url, read_reference(path), NAMES, store_options=options(s3))
 
@@ -111,7 +94,7 @@ def test_chunks_of_empty_strings_and_lists_on_s3(
     s3: S3Fixture, put: Put, kind: str, tmp_path: Path
 ) -> None:
     t = empty_items_table()
-    path = _write(kind, tmp_path / "e", t)
+    path = write(kind, tmp_path / "e", t)
     check_source(put(path, f"empty-{kind}"), t, t.column_names, store_options=options(s3))
 
 
@@ -122,7 +105,7 @@ def test_files_of_other_column_orders_and_offset_widths_on_s3(
     kind: str,
     tmp_path: Path,
 ) -> None:
-    a = _write(kind, tmp_path / "a", TABLE.slice(0, 100), (30, 70))
+    a = write(kind, tmp_path / "a", TABLE.slice(0, 100), (30, 70))
     rest = TABLE.slice(100)
     large = {
         pa.string(): pa.large_string(),
@@ -130,36 +113,91 @@ def test_files_of_other_column_orders_and_offset_widths_on_s3(
         pa.list_(pa.int32()): pa.large_list(pa.int32()),
     }
     rest = rest.cast(pa.schema([pa.field(f.name, large.get(f.type, f.type)) for f in rest.schema]))
-    b = _write(kind, tmp_path / "b", rest.select(rest.column_names[::-1]), (57, 100))
+    b = write(kind, tmp_path / "b", rest.select(rest.column_names[::-1]), (57, 100))
     urls = [put(a, f"order-{kind}"), put(b, f"order-{kind}")]
     check_source(urls, TABLE, NAMES, store_options=options(s3))
     i32 = rest.set_column(
         rest.schema.get_field_index("i32"), "i32", rest.column("i32").cast("int64")
     )
-    c = _write(kind, tmp_path / "c", i32, (157,))
+    c = write(kind, tmp_path / "c", i32, (157,))
     url = put(c, f"order-{kind}")
     with pytest.raises(FormatError, match=r"c\.\w+: schema differs .*column 'i32' is int64 here"):
         TableSource([urls[0], url], columns=["i32"], store_options=options(s3))
 
 
+def _dictionary_stream(path: Path, delta: bool, nulls: bool = False) -> tuple[Path, pa.Table]:
+    """An IPC stream of 3 record batches whose ``cat`` dictionary changes at each: a
+    replacement (each batch's codes mean other strings) or, with ``delta``, extended
+    (the later batches' codes reach into the values added); ``nulls``: rows 1, 7, 10
+    null."""
+    values = [["c1", "c3", "c0", "c1"], ["c2", "c0", "c2", "c1"], ["c3", "c1", "c2", "c3"]]
+    if nulls:
+        values[0][1] = values[1][3] = values[2][2] = None
+    batches = []
+    for i, rows in enumerate(values):
+        seen = sorted({v for r in (values[: i + 1] if delta else [rows]) for v in r if v})
+        order = seen if delta else seen[::-1]
+        codes = pa.array([None if v is None else order.index(v) for v in rows], pa.int8())
+        cat = pa.DictionaryArray.from_arrays(codes, pa.array(order))
+        batches.append(pa.record_batch({"cat": cat, "i": pa.array(range(4 * i, 4 * i + 4))}))
+    options = pa.ipc.IpcWriteOptions(emit_dictionary_deltas=delta)
+    with pa.ipc.new_stream(path, batches[0].schema, options=options) as w:
+        for b in batches:
+            w.write_batch(b)
+    return path, pa.Table.from_batches(batches)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
-def test_arrow_ipc_dictionaries_on_s3_are_refused_when_read_and_counted_past_when_not(
-    s3: S3Fixture,
-    put: Put,
-    stream: bool,
-    tmp_path: Path,
+def test_arrow_ipc_dictionary_columns_on_s3_read_as_local(
+    s3: S3Fixture, put: Put, stream: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Left out, they are counted past (record batches decoded with their indices, no
-    # dictionary batch fetched), cut by rows as the rest; until 2026-12-04 the whole
-    # file was refused. Read, they are refused at open, naming them.
+    # Read: their indices cut by rows as the rest, their dictionary batches fetched and
+    # decoded once a source (refused until 2026-12-04); left out, counted past, the
+    # dictionary batches never fetched. test_every_column_type_on_s3_reads_as_pyarrow_
+    # reads_it reads them beside every other type.
+    from headrace.formats._arrow_remote import RemoteArrow
+
+    decoded = RemoteArrow._decode_dictionaries
+    calls: list[int] = []
+
+    def counted(part: RemoteArrow, group: int, which: tuple[int, ...]) -> dict[str, pa.Array]:
+        calls.append(group)
+        return decoded(part, group, which)
+
+    monkeypatch.setattr(RemoteArrow, "_decode_dictionaries", counted)
     path = write_arrow(tmp_path / "d.arrow", TABLE, stream=stream)
     url = put(path, f"dict-{stream}")
+    ref = read_reference(path)
+    shuffles = ("none", "window")
+    check_source(url, ref, ["i64", "cat", "num_cat"], store_options=options(s3), shuffles=shuffles)
+    assert len(calls) == len(shuffles)  # one TableSource each
     rest = [n for n in NAMES if n not in ("cat", "num_cat")]
-    check_source(url, read_reference(path), rest, store_options=options(s3))
-    with pytest.raises(
-        FormatError, match=r"d\.arrow: column\(s\) \['cat', 'num_cat'\] are dictionary-encoded"
-    ):
-        TableSource(url, columns=["i64", "cat", "num_cat"], store_options=options(s3))
+    check_source(url, ref, rest, store_options=options(s3), shuffles=shuffles)
+    assert len(calls) == len(shuffles)
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["replaced", "delta"])
+def test_dictionaries_a_stream_on_s3_replaces_or_extends_read_each_batchs_values(
+    s3: S3Fixture, put: Put, delta: bool, tmp_path: Path
+) -> None:
+    path, want = _dictionary_stream(tmp_path / "r.arrows", delta)
+    url = put(path, f"dict-changes-{delta}")
+    assert read_reference(path).column("cat").to_pylist() == want.column("cat").to_pylist()
+    kw = {"columns": ["cat", "i"], "width": WIDTH, "shuffle": "none"}
+    src = TableSource(url, store_options=options(s3), **kw)
+    got = src.read(0, np.arange(12))
+    local = TableSource(str(path), **kw).read(0, np.arange(12))
+    for c in ("cat", "i"):
+        assert_same(got[c], local[c], c)
+    src.close()
+    check_source(url, read_reference(path), ["cat", "i"], store_options=options(s3))
+    # Null codes: refused as the local file's are, naming the same rows.
+    path, _ = _dictionary_stream(tmp_path / "n.arrows", delta, nulls=True)
+    url = put(path, f"dict-changes-{delta}")
+    for where, more in ((url, {"store_options": options(s3)}), (str(path), {})):
+        with pytest.raises(FormatError, match=r"n\.arrows: column 'cat': 3 rows are null: "
+                           r"rows 1, 7, 10"):  # fmt: skip
+            TableSource(where, **kw, **more)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
@@ -172,7 +210,7 @@ def test_sub_windows_on_s3_skip_columns_of_every_layout_left_out(
     # nodes are counted past, under the windowed shuffle's 50-row sub-windows of
     # 60- to 100-row record batches. A map or a view makes the record batch be
     # fetched whole (``whole``); the other layouts are cut by rows.
-    table = _decoded(TABLE)
+    table = TABLE
     left_out = {k: v for k, v in REFUSED.items() if whole or k != "map"}
     if whole:  # views too (read, in test_views_on_s3_read_whole_record_batches)
         left_out |= {"view": pa.array([str(i) for i in range(len(TABLE))], pa.string_view())}
@@ -201,7 +239,7 @@ def test_every_column_type_on_s3_through_the_disk_cache(
     s3: S3Fixture, put: Put, kind: str, tmp_path: Path
 ) -> None:
     # Twice: fetched into the cache, then read from it.
-    path = _write(kind, tmp_path / "t", TABLE)
+    path = write(kind, tmp_path / "t", TABLE)
     url = put(path, f"cached-{kind}")
     ref = read_reference(path)
     for _ in range(2):
@@ -248,7 +286,7 @@ def test_null_rows_at_chunk_boundaries_on_s3_are_refused_by_row(
     s3: S3Fixture, put: Put, kind: str, column: str, tmp_path: Path
 ) -> None:
     rows = boundary_rows(len(TABLE))
-    path = _write(kind, tmp_path / "n", with_nulls(TABLE, column, rows))
+    path = write(kind, tmp_path / "n", with_nulls(TABLE, column, rows))
     url = put(path, f"nulls-{kind}-{column}")
     read = f"{column}.a" if column == "st" else column  # a struct's nulls are its fields'
     try:
@@ -270,7 +308,7 @@ def test_loader_batches_on_s3_with_read_ahead_hold_the_rows_they_name(
     # The loader's read-ahead fetches row groups (sub-windows) before their batches:
     # a column of row numbers says which rows each batch holds.
     t = TABLE.append_column("row", pa.array(np.arange(len(TABLE), dtype=np.int64)))
-    path = _write(kind, tmp_path / "t", t)
+    path = write(kind, tmp_path / "t", t)
     url = put(path, f"loader-{kind}")
     ref = read_reference(path)
     names = [*NAMES, "row"]

@@ -30,15 +30,20 @@ are never read). A compressed body, or a column layout not listed in
 batch larger than a window is read a sub-window at a time
 (:mod:`~headrace.formats._arrow_slice`).
 Every read is checked against the size and ETag seen at open, so an object
-replaced under a running job is an error. Dictionary-encoded columns (which
-``datasets`` does not write) are refused by name when read; left out, they are
-counted past (their dictionary batches never fetched).
+replaced under a running job is an error. A dictionary-encoded column (a pandas
+``category``; ``datasets`` writes none) is its indices, fetched and cut by rows as
+any integer column, and its dictionary: the dictionary batches a record batch was
+written with (for each id the last replacement and the deltas after it), fetched
+and decoded once when a read first asks for the column; left out, it is counted
+past (no dictionary batch fetched). One inside a struct is refused when read.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -85,12 +90,26 @@ GUESS_SPREAD = 128 << 10
 GUESS_AFTER = 2
 #: Guessing on (off only to measure against: benchmarks/arrow_walk_s3.py).
 GUESS = True
+#: Sets of decoded dictionaries an object keeps (a stream may replace them at each batch).
+_DICTIONARY_SETS = 4
+_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end marker
 
 
 class ArrowIndex:
     """Where one IPC object's record batches are: what opening it learned (and pickles)."""
 
-    __slots__ = ("buffers", "columns", "heads", "nodes", "nulls", "rows", "schema_message", "spans")
+    __slots__ = (
+        "buffers",
+        "columns",
+        "dictionaries",
+        "dictionaries_before",
+        "heads",
+        "nodes",
+        "nulls",
+        "rows",
+        "schema_message",
+        "spans",
+    )
 
     def __init__(
         self,
@@ -102,6 +121,8 @@ class ArrowIndex:
         columns: NDArray[np.int64],
         nodes: list[NDArray[np.int64]],
         buffers: list[NDArray[np.int64] | None],
+        dictionaries: list[tuple[int, int, int, int]] | None = None,
+        dictionaries_before: list[int] | None = None,
     ) -> None:
         self.schema_message = schema_message  # the schema's whole message (prefix included)
         self.spans = spans  # (offset, length) of each record batch's message, body included
@@ -116,6 +137,11 @@ class ArrowIndex:
         # Each record batch's buffers, (offset in the body, length) rows, in column order
         # (None: compressed, or a layout not known here).
         self.buffers = buffers
+        # (offset, length, id, is delta) of each dictionary batch's message, in stream
+        # order, and how many come before each record batch: its dictionaries are, for
+        # each id, the last of those that is not a delta and the deltas after it.
+        self.dictionaries = dictionaries or []
+        self.dictionaries_before = dictionaries_before or [0] * len(spans)
 
 
 class MessageSizes:
@@ -295,6 +321,8 @@ class _Walk:
         stretches: list[list[tuple[int, int]]] = []
         all_nodes: list[NDArray[np.int64]] = []
         all_buffers: list[NDArray[np.int64] | None] = []
+        dictionaries: list[tuple[int, int, int, int]] = []
+        before: list[int] = []
         tops: list[int] = []  # each top-level column's first field node
         buffers: list[int] | None = None  # each top-level column's buffer count
         at = start
@@ -354,8 +382,8 @@ class _Walk:
                     if all(c is not None for c in counted):
                         buffers = [c for c in counted if c is not None]
                 elif kind == _DICTIONARY:
-                    # Its values are never read (a read leaves dictionary columns out:
-                    # Table refuses them), unless one lies in a list or map, which a
+                    # Fetched when a read first asks for a dictionary column (never when
+                    # they are left out), unless one lies in a list or map, which a
                     # record batch cannot be decoded past without them.
                     if schema is None:
                         raise _Corrupt("a dictionary batch before the schema")
@@ -368,6 +396,11 @@ class _Walk:
                             "(pyarrow: table.cast to the value type) or copy the file to "
                             "local disk"
                         )
+                    if header is None:
+                        raise _Corrupt("a dictionary batch without a header")
+                    key = meta.scalar(header, 0, "<q")  # DictionaryBatch: id, data, isDelta
+                    delta = meta.scalar(header, 2, "<B")
+                    dictionaries.append((at, pre + length + body, key, delta))
                 elif kind == _RECORD_BATCH:
                     if not schema_message or header is None:
                         raise _Corrupt("a record batch before the schema, or without a header")
@@ -377,6 +410,7 @@ class _Walk:
                         raise _Corrupt(f"{n} rows, {len(nodes)} field nodes, {len(tops)} columns")
                     bufs = self._buffers(meta, header, buffers, body)
                     spans.append((at, pre + length + body))
+                    before.append(len(dictionaries))
                     heads.append(pre + length)
                     rows.append(n)
                     nulls.append(nodes[tops, 1].tolist())
@@ -406,6 +440,8 @@ class _Walk:
             np.array(stretches, dtype=np.int64).reshape(len(spans), len(tops), 2),
             all_nodes,
             all_buffers,
+            dictionaries,
+            before,
         )
 
     @staticmethod
@@ -466,12 +502,19 @@ class RemoteArrow(RemotePart):
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
         check_names(pa, self.schema, url)
-        # What record batches are decoded by: dictionary columns (never read here) as
-        # their indices, so that no dictionary batch is needed.
-        self._decode = pa.schema(
+        #: What record batches are decoded by: dictionary columns as their indices, so
+        #: that no dictionary batch is needed for the columns left out; a dictionary
+        #: column read is its indices and its dictionary (:meth:`decoded`).
+        self.indexed = pa.schema(
             [f.with_type(_indexed(pa, f.type) or f.type) for f in self.schema],
             metadata=self.schema.metadata,
         )
+        #: the top-level dictionary columns
+        self.coded = frozenset(f.name for f in self.schema if pa.types.is_dictionary(f.type))
+        # Decoded dictionaries by the dictionary batches they come from: the few last used
+        # (a stream that replaces them at each record batch has one set per batch).
+        self._dictionaries: OrderedDict[tuple[int, ...], dict[str, Any]] = OrderedDict()
+        self._dictionaries_lock = threading.Lock()
 
     @classmethod
     def open_all(
@@ -529,13 +572,81 @@ class RemoteArrow(RemotePart):
         ]
         return Fetch(names, [(offset, buf)], futures)
 
+    def dictionary(self, group: int, name: str) -> Any:
+        """Dictionary column ``name``'s dictionary in record batch ``group``: the
+        dictionary batches it was written with, fetched (one GET each, all at once) the
+        first time a read asks and decoded by pyarrow's stream reader, behind the schema
+        and before an empty record batch."""
+        index = self.index
+        k = index.dictionaries_before[group]
+        chosen: dict[int, list[int]] = {}  # by id: its last replacement and the deltas after
+        for j, (_, _, key, delta) in enumerate(index.dictionaries[:k]):
+            chosen[key] = [*chosen[key], j] if delta and key in chosen else [j]
+        which = tuple(sorted(j for js in chosen.values() for j in js))
+        with self._dictionaries_lock:
+            got = self._dictionaries.get(which)
+            if got is None:
+                got = self._decode_dictionaries(group, which)
+                self._dictionaries[which] = got
+                while len(self._dictionaries) > _DICTIONARY_SETS:
+                    self._dictionaries.popitem(last=False)
+            else:
+                self._dictionaries.move_to_end(which)
+        return got[name]
+
+    def _decode_dictionaries(self, group: int, which: tuple[int, ...]) -> dict[str, Any]:
+        pa = self._pa
+        places = [self.index.dictionaries[j][:2] for j in which]
+        bufs = [np.empty(length, np.uint8) for _, length in places]
+        futures = [
+            f
+            for (offset, _), b in zip(places, bufs, strict=True)
+            for f in self._file.read_pieces(b, offset)
+        ]
+        wait_all(futures)
+        for f in futures:
+            result(f)
+        empty = pa.RecordBatch.from_pylist([], schema=self.schema).serialize()
+        stream = b"".join([self.index.schema_message, *(b.tobytes() for b in bufs), empty, _END])
+        try:
+            batch = pa.ipc.open_stream(pa.py_buffer(stream)).read_next_batch()
+            out = {name: batch.column(name).dictionary for name in self.coded}
+            for d in out.values():
+                d.validate(full=True)  # bytes from the network
+        except (pa.ArrowException, OSError, EOFError, StopIteration) as exc:
+            raise FormatError(
+                f"{self.path}: record batch {group}: its dictionary batches (at bytes "
+                f"{[p[0] for p in places]}) are truncated or corrupt ({exc}): {RECOPY}"
+            ) from exc
+        return out
+
+    def decoded(self, group: int, batch: Any, names: list[str]) -> Any:
+        """``batch`` (rows of record batch ``group``) with each dictionary column of
+        ``names`` made of its indices and its dictionary; an index out of the
+        dictionary's range is an error."""
+        pa = self._pa
+        for name in self.coded.intersection(names):
+            i = batch.schema.get_field_index(name)
+            field = self.schema.field(name)
+            try:
+                arr = pa.DictionaryArray.from_arrays(
+                    batch.column(i), self.dictionary(group, name), ordered=field.type.ordered
+                )
+            except (pa.ArrowException, OSError) as exc:
+                raise FormatError(
+                    f"{self.path}: record batch {group}: column {name!r}: corrupt Arrow IPC "
+                    f"dictionary indices ({exc}): {RECOPY}"
+                ) from exc
+            batch = batch.set_column(i, field, arr)
+        return batch
+
     def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
         """Record batch ``i`` with (at least) the columns ``names``, decoded zero-copy from
         ``fetched`` (fetched now if ``None`` or without them); only ``names`` may be read."""
         spans = fetched_spans(self.fetch, i, frozenset(names), fetched)
         pa = self._pa
         try:
-            batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self._decode)
+            batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.indexed)
             for name in names:  # bytes from the network: offsets checked too
                 batch.column(name).validate(full=True)
         except (pa.ArrowException, OSError, EOFError) as exc:  # EOFError: a zero length prefix
@@ -548,7 +659,7 @@ class RemoteArrow(RemotePart):
                 f"{self.path}: record batch {i} holds {batch.num_rows} rows; its header, "
                 f"read when the file was opened, said {self.rows[i]}"
             )
-        return batch
+        return self.decoded(i, batch, names) if self.coded.intersection(names) else batch
 
     def field_nodes(self, column: str, field: tuple[str, ...]) -> list[int]:
         """The field nodes (indices into each ``index.nodes``) of top-level ``column``

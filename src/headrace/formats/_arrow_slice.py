@@ -42,6 +42,7 @@ from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
 from headrace.errors import FormatError, HeadraceError
+from headrace.formats._arrow_format import _buffer_counts, _indexed, _node_counts
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, coalesce
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def _supported(pa: Any, typ: Any) -> bool:
         typ = typ.storage_type
     if (
         t.is_null(typ)
-        or t.is_dictionary(typ)  # only counted past: a read leaves it out (Table refuses it)
+        or t.is_dictionary(typ)  # its indices, counted past or read (then its dictionary)
         or t.is_boolean(typ)
         or t.is_string(typ)
         or t.is_binary(typ)
@@ -107,8 +108,6 @@ class SubFetch:
     def __init__(
         self, part: RemoteArrow, group: int, first: int, n: int, names: frozenset[str]
     ) -> None:
-        from headrace.formats._arrow_format import _buffer_counts, _node_counts
-
         self.names = names
         self.first = first
         self.n = n
@@ -121,6 +120,7 @@ class SubFetch:
         assert bufs is not None
         self._bufs = bufs
         offset, _ = index.spans[group]
+        self._group = group
         self._body = offset + index.heads[group]
         self.where = f"{part.path}: record batch {group}: rows [{first}, {first + n})"
         schema = part.schema
@@ -128,8 +128,9 @@ class SubFetch:
         self._gens: dict[str, _Builder] = {}
         node = buf = 0
         for f in schema:
-            if f.name in names:
-                self._gens[f.name] = self._array(f.type, node, buf, first, first + n)
+            if f.name in names:  # a dictionary column as its indices (see batch())
+                typ = _indexed(pa, f.type) or f.type
+                self._gens[f.name] = self._array(typ, node, buf, first, first + n)
             node += _node_counts(pa, f.type)
             buf += _buffer_counts(pa, f.type) or 0
         self._arrays: dict[str, Any] = {}
@@ -155,8 +156,6 @@ class SubFetch:
     def _array(self, typ: Any, node: int, buf: int, a: int, b: int) -> _Builder:
         """Rows ``[a, b)`` of the column (or child) of ``typ`` at field node ``node``
         and body buffer ``buf``, as an array of its own (offset 0)."""
-        from headrace.formats._arrow_format import _buffer_counts, _node_counts
-
         pa = self._pa
         t = pa.types
         ext = typ if isinstance(typ, pa.ExtensionType) else None
@@ -394,8 +393,10 @@ class SubFetch:
                         f"{self.where}: column {c!r}: truncated or corrupt Arrow IPC data ({exc}): "
                         f"{RECOPY}"
                     ) from exc
-            fields = [self._part.schema.field(c) for c in self._order]
-            return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+            part = self._part
+            fields = [part.indexed.field(c) for c in self._order]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+            return part.decoded(self._group, batch, self._order)
         finally:
             self.discard()
 
