@@ -10,6 +10,7 @@ modification time (whole seconds) and size.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import threading
 from collections.abc import Iterator
@@ -36,9 +37,10 @@ class _Files(BaseHTTPRequestHandler):
     root = Path()
     etag = "strong"  # "strong", "weak" or "none"
     ranges = True  # False: a Range header is ignored (200, the whole file)
-    gets: list[str]
+    requests: list[str]  # "GET /path", "HEAD /path"
 
     def _answer(self, body: bool) -> None:
+        self.requests.append(f"{self.command} {self.path}")
         path = self.root / unquote(self.path.lstrip("/"))  # as a server decodes %20
         if not path.is_file():
             self.send_response(404)
@@ -61,7 +63,6 @@ class _Files(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(last + 1 - first))
         self.end_headers()
         if body:
-            self.gets.append(self.path)
             self.wfile.write(data[first : last + 1])
 
     def do_GET(self) -> None:
@@ -75,14 +76,14 @@ class _Files(BaseHTTPRequestHandler):
 
 
 def _serve(root: Path, etag: str, ranges: bool = True) -> Iterator[tuple[str, list[str]]]:
-    gets: list[str] = []
-    attrs = {"root": root, "etag": etag, "ranges": ranges, "gets": gets}
+    requests: list[str] = []
+    attrs = {"root": root, "etag": etag, "ranges": ranges, "requests": requests}
     handler = type("Handler", (_Files,), attrs)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", gets
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
     finally:
         server.shutdown()
         server.server_close()
@@ -95,9 +96,8 @@ def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
     root.mkdir()
     for i in range(3):
         (root / f"f{i}.bin").write_bytes(bytes([i]) * 1000)
-    for url, gets in _serve(root, request.param):
+    for url, _ in _serve(root, request.param):
         yield request.param, url, root
-        gets.clear()
 
 
 def _replace_in_the_same_second(path: Path, data: bytes) -> None:
@@ -191,7 +191,7 @@ def test_percent_encoded_urls_name_their_files_and_a_query_string_is_refused(
     for i, name in enumerate(["a b.npy", "c+d.npy", "é.npy"]):
         np.save(tmp_path / "my set" / name, np.full(3, i, np.int32))
     local = FileSource(tmp_path / "my set", format="npy")
-    for url, _ in _serve(tmp_path, "strong"):
+    for url, requests in _serve(tmp_path, "strong"):
         urls = [f"{url}/{quote(f'my set/{n}')}" for n in ["a b.npy", "c+d.npy", "é.npy"]]
         src = FileSource(urls, format="npy")
         assert src.files.keys == local.files.keys == ["a b.npy", "c+d.npy", "é.npy"]
@@ -200,6 +200,22 @@ def test_percent_encoded_urls_name_their_files_and_a_query_string_is_refused(
             src.read(0, np.arange(3))["data"].tolist()
             == local.read(0, np.arange(3))["data"].tolist()
         )
+        # A worker's copy opens the listing it is sent under the URLs' root, as for
+        # file:// and s3:// lists (until 2026-12-04 it was sent every URL, and named,
+        # split and sorted them again): the same names, fingerprint and bytes, and no
+        # HEAD (sizes and ETags travel with the listing).
+        want = src.read(0, np.arange(3))["data"].tolist()
+        blob = pickle.dumps(src)
+        assert blob.count(b"c+d.npy") == 1 and b"c%2Bd" not in blob  # no URL
+        before = len(requests)
+        for copy in (pickle.loads(blob), pickle.loads(pickle.dumps(pickle.loads(blob)))):
+            assert copy._args[0] == src.files.url
+            assert copy.files.keys == src.files.keys
+            assert copy.fingerprint() == src.fingerprint()
+            assert copy.read(0, np.arange(3))["data"].tolist() == want
+            copy.close()
+        made = requests[before:]  # each copy's three GETs, no HEAD
+        assert len(made) == 6 and all(r.startswith("GET ") for r in made), made
         src.close()
         with pytest.raises(ConfigError, match=r"a\.npy\?sig=x: an http\(s\) URL with a query"):
             FileSource([f"{url}/a.npy?sig=x"], format="npy")

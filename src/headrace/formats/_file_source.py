@@ -745,13 +745,12 @@ class FileSource(Closing):
         files, config, store_options = self._args
         at = f.url if f.remote else None
         if not isinstance(files, (str, os.PathLike)):
-            if f.remote and not f.url.startswith(("http://", "https://")):
+            if f.remote:
                 # A list of object URLs: the copy opens the listing it is sent under their
                 # root (where the parent's store was opened: its URL is percent-encoded
-                # for file://), as a prefix's copy does. Sent the list, each copy named
-                # every URL again (decoded, split, sorted: 44 us a URL, 1M URLs 44 s in
-                # each worker before its first read), and held it as a str a URL. (HTTP
-                # URL lists are still sent whole: their roots were not checked so.)
+                # for file:// and http(s)://), as a prefix's copy does. Sent the list, each
+                # copy named every URL again (decoded, split, sorted: 44 us a URL, 1M URLs
+                # 44 s in each worker before its first read), and held it as a str a URL.
                 files, at = f.url, opened_at(named_url(f.url))
             elif not f.remote:
                 # A list of local paths is its listing's keys (sorted, as strings), which
