@@ -36,3 +36,28 @@ def test_a_copy_of_a_url_list_opens_its_root(tmp_path: Path) -> None:
     assert [bytes(x) for x in again.read(2, rows)["data"]] == want
     for s in (src, copy, again):
         s.close()
+
+
+def test_a_copy_of_a_file_url_prefix_names_its_folder_once(tmp_path: Path) -> None:
+    # A folder given as a file:// prefix, percent-encoded ("%" -> "%25"): the copy is sent
+    # where the parent's store was opened and must not decode it a second time, which
+    # would name the decoy folder beside it.
+    root = tmp_path / "pct%41 x"
+    (root / "d").mkdir(parents=True)
+    (tmp_path / "pctA x" / "d").mkdir(parents=True)
+    for i in range(12):
+        (root / "d" / f"{i:03d}.bin").write_bytes(bytes([i]) * (i + 1))
+        (tmp_path / "pctA x" / "d" / f"{i:03d}.bin").write_bytes(b"wrong")
+    prefix = (root / "d").as_uri() + "/"
+    assert "%25" in prefix
+    src = FileSource(prefix, format="raw")
+    rows = np.arange(12)
+    want = [bytes(x) for x in src.read(1, rows)["data"]]
+    assert sorted(want, key=len) == [bytes([i]) * (i + 1) for i in range(12)]
+    copy = pickle.loads(pickle.dumps(src))
+    again = pickle.loads(pickle.dumps(copy))
+    for c in (copy, again):
+        assert c.files.keys == src.files.keys and c.fingerprint() == src.fingerprint()
+        assert [bytes(x) for x in c.read(1, rows)["data"]] == want
+    for s in (src, copy, again):
+        s.close()
