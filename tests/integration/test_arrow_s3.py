@@ -512,3 +512,41 @@ def test_damaged_streams_on_s3_are_the_same_error_with_guesses(
             errors.append(str(exc.value))
         assert errors[0] == errors[1] and f"guess-bad/{name}.arrow: " in errors[0]
     assert "corrupt Arrow IPC message at byte" in errors[0]
+
+
+def test_a_failed_get_of_a_dictionary_batch_is_named_and_nothing_kept_of_it(
+    s3: S3Fixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: the GETs of the dictionary batch fail (as after the store's
+    # retries); the read raises the store's error with a note naming the object and
+    # record batch; the next read fetches it again and gives the values.
+    from concurrent.futures import Future
+
+    from headrace.errors import StorageError
+    from headrace.formats._arrow_remote import RemoteArrow
+
+    coded = pa.table({"tag": pa.array(["x", "y", "x", "z"]).dictionary_encode(), "n": [1, 2, 3, 4]})
+    _put(s3, "faults/dict.arrow", _stream(coded, chunk=2))
+    table = Table.open(f"{URL}/faults/dict.arrow", store_options=options(s3))
+    (part,) = table._parts
+    assert isinstance(part, RemoteArrow)
+    at = part.index.dictionaries[0][0]
+    real = type(part._file).read_pieces
+
+    def failing(self: Any, buf: Any, offset: int) -> list[Future[None]]:
+        if offset != at:
+            return real(self, buf, offset)
+        f: Future[None] = Future()
+        f.set_exception(StorageError(f"{URL}/faults/dict.arrow: bytes [{at}, ...): HTTP 503"))
+        return [f]
+
+    monkeypatch.setattr(type(part._file), "read_pieces", failing)
+    with pytest.raises(StorageError, match="HTTP 503") as exc:
+        table.read_rows(np.arange(4))
+    assert "dict.arrow: record batch 0: fetching its dictionary batches" in "".join(
+        exc.value.__notes__
+    )
+    monkeypatch.undo()
+    tags = table.read_rows(np.arange(4))["tag"]
+    assert [tags.row(i).tobytes() for i in range(4)] == [b"x", b"y", b"x", b"z"]
+    table.close()

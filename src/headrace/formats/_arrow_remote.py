@@ -52,7 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
-from headrace.errors import FormatError
+from headrace.errors import FormatError, HeadraceError
 from headrace.formats._arrow_format import (
     _DICTIONARY,
     _MAGIC,
@@ -603,9 +603,13 @@ class RemoteArrow(RemotePart):
             for (offset, _), b in zip(places, bufs, strict=True)
             for f in self._file.read_pieces(b, offset)
         ]
-        wait_all(futures)
-        for f in futures:
-            result(f)
+        try:
+            wait_all(futures)
+            for f in futures:
+                result(f)
+        except HeadraceError as exc:  # the store's, naming the object and range
+            exc.add_note(f"{self.path}: record batch {group}: fetching its dictionary batches")
+            raise
         empty = pa.RecordBatch.from_pylist([], schema=self.schema).serialize()
         stream = b"".join([self.index.schema_message, *(b.tobytes() for b in bufs), empty, _END])
         try:
@@ -628,9 +632,10 @@ class RemoteArrow(RemotePart):
         for name in self.coded.intersection(names):
             i = batch.schema.get_field_index(name)
             field = self.schema.field(name)
+            values = self.dictionary(group, name)  # its errors are the store's or its own
             try:
                 arr = pa.DictionaryArray.from_arrays(
-                    batch.column(i), self.dictionary(group, name), ordered=field.type.ordered
+                    batch.column(i), values, ordered=field.type.ordered
                 )
             except (pa.ArrowException, OSError) as exc:
                 raise FormatError(
