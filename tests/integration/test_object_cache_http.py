@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, StorageError
-from headrace.formats import FileSource, TokenSource
+from headrace.formats import FileSource, TableSource, TokenSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -41,7 +41,14 @@ class _Files(BaseHTTPRequestHandler):
 
     def _answer(self, body: bool) -> None:
         self.requests.append(f"{self.command} {self.path}")
-        path = self.root / unquote(self.path.lstrip("/"))  # as a server decodes %20
+        if self.path.startswith("/resolve/"):
+            # As the Hugging Face Hub's resolve URLs: a redirect to a signed CDN URL.
+            self.send_response(302)
+            self.send_header("Location", f"/{self.path[len('/resolve/') :]}?sig=x&expires=9")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        path = self.root / unquote(self.path.lstrip("/").partition("?")[0])  # decodes %20
         if not path.is_file():
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -219,3 +226,33 @@ def test_percent_encoded_urls_name_their_files_and_a_query_string_is_refused(
         src.close()
         with pytest.raises(ConfigError, match=r"a\.npy\?sig=x: an http\(s\) URL with a query"):
             FileSource([f"{url}/a.npy?sig=x"], format="npy")
+
+
+def test_a_url_that_redirects_is_followed_at_each_request(tmp_path: Path) -> None:
+    # A Hugging Face Hub "resolve" URL answers 302 with a signed CDN URL: each HEAD and
+    # ranged GET follows it (a signed URL expires, so none is kept), and the files,
+    # their sizes, ETags and bytes are the CDN's: the local files' batches.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"ids": pa.array([[i] * (i % 7 + 1) for i in range(300)]), "n": range(300)})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=64)
+    for i in range(4):
+        np.save(tmp_path / f"{i}.npy", np.full(5, i, np.int16))
+    local_table = TableSource(str(tmp_path / "t.parquet"), width=8)
+    local_files = FileSource([str(tmp_path / f"{i}.npy") for i in range(4)], format="npy")
+    for url, requests in _serve(tmp_path, "strong"):
+        remote_table = TableSource(f"{url}/resolve/t.parquet", width=8)
+        remote_files = FileSource([f"{url}/resolve/{i}.npy" for i in range(4)], format="npy")
+        for local, remote in ((local_table, remote_table), (local_files, remote_files)):
+            with Loader(local, batch_size=8, seed=1, steps=6) as a:
+                want = batch_digest(a)
+            with Loader(remote, batch_size=8, seed=1, steps=6) as b:
+                assert batch_digest(b) == want
+            remote.close()
+        redirected = [r for r in requests if r.split()[1].startswith("/resolve/")]
+        assert redirected and all(f"{r.split()[1][8:]}?sig=x" in " ".join(requests)
+                                  for r in redirected)  # fmt: skip
+        assert any(r.startswith("GET /t.parquet?sig=x") for r in requests)
+    local_table.close()
+    local_files.close()
