@@ -37,12 +37,19 @@ class _Files(BaseHTTPRequestHandler):
     root = Path()
     etag = "strong"  # "strong", "weak" or "none"
     ranges = True  # False: a Range header is ignored (200, the whole file)
+    token = ""  # asked of /resolve/ paths where set (a bearer token)
     requests: list[str]  # "GET /path", "HEAD /path"
 
     def _answer(self, body: bool) -> None:
         self.requests.append(f"{self.command} {self.path}")
         if self.path.startswith("/resolve/"):
-            # As the Hugging Face Hub's resolve URLs: a redirect to a signed CDN URL.
+            # As the Hugging Face Hub's resolve URLs: a redirect to a signed CDN URL, for
+            # the holder of the token (a private repository) where one is set.
+            if self.token and self.headers.get("Authorization") != f"Bearer {self.token}":
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(302)
             self.send_header("Location", f"/{self.path[len('/resolve/') :]}?sig=x&expires=9")
             self.send_header("Content-Length", "0")
@@ -82,9 +89,11 @@ class _Files(BaseHTTPRequestHandler):
         pass
 
 
-def _serve(root: Path, etag: str, ranges: bool = True) -> Iterator[tuple[str, list[str]]]:
+def _serve(
+    root: Path, etag: str, ranges: bool = True, token: str = ""
+) -> Iterator[tuple[str, list[str]]]:
     requests: list[str] = []
-    attrs = {"root": root, "etag": etag, "ranges": ranges, "requests": requests}
+    attrs = {"root": root, "etag": etag, "ranges": ranges, "requests": requests, "token": token}
     handler = type("Handler", (_Files,), attrs)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -231,7 +240,9 @@ def test_percent_encoded_urls_name_their_files_and_a_query_string_is_refused(
 def test_a_url_that_redirects_is_followed_at_each_request(tmp_path: Path) -> None:
     # A Hugging Face Hub "resolve" URL answers 302 with a signed CDN URL: each HEAD and
     # ranged GET follows it (a signed URL expires, so none is kept), and the files,
-    # their sizes, ETags and bytes are the CDN's: the local files' batches.
+    # their sizes, ETags and bytes are the CDN's: the local files' batches. A private
+    # repository's token goes in obstore's client options, sent with every request;
+    # without it the 401 is refused naming the URL.
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -241,9 +252,15 @@ def test_a_url_that_redirects_is_followed_at_each_request(tmp_path: Path) -> Non
         np.save(tmp_path / f"{i}.npy", np.full(5, i, np.int16))
     local_table = TableSource(str(tmp_path / "t.parquet"), width=8)
     local_files = FileSource([str(tmp_path / f"{i}.npy") for i in range(4)], format="npy")
-    for url, requests in _serve(tmp_path, "strong"):
-        remote_table = TableSource(f"{url}/resolve/t.parquet", width=8)
-        remote_files = FileSource([f"{url}/resolve/{i}.npy" for i in range(4)], format="npy")
+    token = {"client_options": {"default_headers": {"Authorization": "Bearer hf_test"}}}
+    for url, requests in _serve(tmp_path, "strong", token="hf_test"):
+        told = r"access denied; a server that asks for a token is sent one with store_options="
+        with pytest.raises(StorageError, match=rf"{url}/resolve/t\.parquet: {told}.*401"):
+            TableSource(f"{url}/resolve/t.parquet", width=8)
+        remote_table = TableSource(f"{url}/resolve/t.parquet", width=8, store_options=token)
+        remote_files = FileSource(
+            [f"{url}/resolve/{i}.npy" for i in range(4)], format="npy", store_options=token
+        )
         for local, remote in ((local_table, remote_table), (local_files, remote_files)):
             with Loader(local, batch_size=8, seed=1, steps=6) as a:
                 want = batch_digest(a)

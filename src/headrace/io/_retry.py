@@ -261,7 +261,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             f"for the restore (hours){said} ({brief})"
         ), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
-        return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
+        return PermissionDeniedError(
+            f"{where}: access denied{said}{_token_hint(where)} ({brief})"
+        ), False
     if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
         # An HTTP server that ignores Range (answers 200 with the whole object, as
         # Python's http.server does): every try would get the same answer.
@@ -284,7 +286,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
             return eof, False
         if status in (403, 401) or (status == 400 and code in _CREDENTIAL_CODES):
-            return PermissionDeniedError(f"{where}: access denied{said} ({brief})"), False
+            return PermissionDeniedError(
+                f"{where}: access denied{said}{_token_hint(where)} ({brief})"
+            ), False
         if status == 404:
             return _not_found(where, text, brief), False
         if status in (405, 501) and "PROPFIND" in text:
@@ -333,3 +337,13 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     if isinstance(exc, ConnectionError):
         return TransientStorageError(f"{where}: {brief}"), True
     return StorageError(f"{where}: {type(exc).__name__}: {brief}"), False
+
+
+def _token_hint(where: str) -> str:
+    """How an http(s):// server is given a token (a private Hugging Face repository's)."""
+    if not where.startswith(("http://", "https://")):
+        return ""
+    return (
+        "; a server that asks for a token is sent one with store_options={'client_options': "
+        "{'default_headers': {'Authorization': 'Bearer TOKEN'}}}"
+    )
