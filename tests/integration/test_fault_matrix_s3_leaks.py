@@ -3,6 +3,7 @@ descriptor or thread behind (the read paths of tests/_fault_cases.py)."""
 
 from __future__ import annotations
 
+import collections
 import gc
 import os
 import threading
@@ -63,4 +64,7 @@ def test_failed_opens_and_reads_leave_no_descriptor_or_thread(
         # one descriptor an attempt is three more after the fourth.
         fds = [n for n, _ in held]
         assert fds[-1] <= fds[0] + 1, f"{name}: {fds} descriptors after each attempt"
-        assert held[-1][1] == held[0][1], f"{name}: {held[0][1]} then {held[-1][1]}"
+        # Threads the first attempt started may have ended since (a pool winding down:
+        # headrace-files_* gone by the fourth, CI 2026-12-04); none may be new.
+        new = collections.Counter(held[-1][1]) - collections.Counter(held[0][1])
+        assert not new, f"{name}: {held[0][1]} then {held[-1][1]}"
