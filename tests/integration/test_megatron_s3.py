@@ -24,7 +24,12 @@ from s3util import BUCKET, S3Fixture
 from s3util import store_options as options
 
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import FormatError, ObjectNotFoundError, PermissionDeniedError
+from headrace.errors import (
+    FormatError,
+    ObjectNotFoundError,
+    PermissionDeniedError,
+    StorageError,
+)
 from headrace.formats import TokenSource, _megatron, _object_files, write_megatron_index
 from headrace.formats._megatron_remote import remote_document_bounds
 from headrace.formats._object_files import ObjectFiles
@@ -276,3 +281,85 @@ def test_large_indexes_are_checked_two_at_a_time(
     assert most[0] == 2
     local = TokenSource([tmp_path / f"p{i}" / "m.bin" for i in range(6)], **KW)
     assert _digest(src) == _digest(local)
+
+
+@pytest.mark.parametrize("n", [1, 3000])
+def test_remote_starts_are_searched_and_taken_as_the_array(
+    s3: S3Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    # positions="documents" on object storage: the starts are looked up in blocks of the
+    # index's arrays fetched where needed (64 entries here, those of about two windows
+    # kept), after a sample of each read once, not held as an array (50M documents: 400
+    # MB in each process). The same searches, takes and batches as the local pair's,
+    # over many blocks fetched, dropped and fetched again. Where the blocks kept would
+    # hold more than half the array (n=1: a window spans the index), the array is made.
+    from headrace.formats import _megatron_remote
+    from headrace.formats._megatron_starts import STEP, MappedStarts
+
+    monkeypatch.setattr(_megatron_remote, "BLOCK", 64)
+    monkeypatch.setattr(_megatron_remote, "KEEP", 2)
+    kw = {**KW, "window_bytes": 256}  # windows of 128 tokens
+    rng = np.random.default_rng(n)
+    # Empty sequences (first and last too), several sequences a document, empty documents.
+    lengths = rng.integers(0, 6, 2 * n + 3).astype(np.int32)
+    lengths[0] = lengths[-1] = 0
+    lengths[1] = 40  # at least one sample of 32 + 1 tokens
+    cuts = np.sort(rng.integers(0, len(lengths) + 1, n))
+    docs = np.concatenate(([0], cuts, [len(lengths)])).astype(np.int64)
+    folder = tmp_path / f"starts-{n}"
+    folder.mkdir()
+    tokens = rng.integers(0, 50_000, int(lengths.sum())).astype(np.uint16)
+    tokens.tofile(folder / "m.bin")
+    write_megatron_index(folder / "m.idx", np.uint16, lengths, docs)
+    url = _upload(s3, folder, f"starts-{n}")
+    src = TokenSource(url, positions="documents", store_options=options(s3), **kw)
+    tf = src.files[0]
+    want = tf.documents(src._remote())[:-1]
+    starts = tf.document_starts(src._remote(), src.layout.window_tokens)
+    if n == 1:
+        assert np.array_equal(starts, want)  # type: ignore[arg-type]
+        src.close()
+        return
+    assert isinstance(starts, MappedStarts) and not starts.mapped
+    assert len(starts) == len(want) == n + 1
+    assert starts.nbytes == 8 * (-(-len(lengths) // STEP) + -(-(n + 1) // STEP))  # samples
+    total = int(lengths.sum())
+    at = np.concatenate(([-1, 0, 1, total - 1, total, total + 1], rng.integers(0, total + 1, 400)))
+    for side in ("left", "right"):
+        got = starts.search(at, side)  # type: ignore[arg-type]
+        assert np.array_equal(got, np.searchsorted(want, at, side=side)), side  # type: ignore[call-overload]
+    assert np.array_equal(starts.take(np.arange(len(want))), want)
+    assert np.array_equal(starts.take(np.arange(len(want))[::-1]), want[::-1])
+    local = TokenSource(folder / "m.bin", positions="documents", **kw)
+    assert _digest(src) == _digest(local)
+    # Closed and read again: the starts are kept (not sampled again), their blocks
+    # fetched through the source's reopened stores.
+    kept = src._bounds[0]
+    src.close()
+    assert src._bounds[0] is kept
+    assert _digest(src) == _digest(local)
+    src.close()
+    local.close()
+
+
+def test_remote_starts_refuse_an_index_replaced_under_them(
+    s3: S3Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A block fetched after the object was replaced (same size, another ETag) is refused
+    # naming the index, never read as the new index's entries.
+    from headrace.formats import _megatron_remote
+
+    monkeypatch.setattr(_megatron_remote, "BLOCK", 8)
+    monkeypatch.setattr(_megatron_remote, "KEEP", 2)
+    _pair(tmp_path / "under")
+    url = _upload(s3, tmp_path / "under", "under")
+    src = TokenSource(url, positions="documents", store_options=options(s3), **KW)
+    starts = src.files[0].document_starts(src._remote(), 128)
+    first = starts.take(np.arange(10))
+    write_megatron_index(tmp_path / "under/m.idx", np.uint16, LENGTHS[::-1].copy())
+    _upload(s3, tmp_path / "under", "under")
+    assert np.array_equal(starts.take(np.arange(10)), first)  # its blocks are kept
+    with pytest.raises(StorageError, match=r"megidx/under/m\.idx, bytes \[\d+, \d+\): the "
+                       r"object changed while open"):  # fmt: skip
+        starts.take(np.arange(N - 10, N))
+    src.close()

@@ -8,11 +8,15 @@ before), then ranged GETs of its pieces, the next pieces' in flight while one is
 checked (``AHEAD``), each GET checked against the size and ETag of the first. What
 is kept is a :class:`CheckedIndex`: counts and a stamp, the object's size and ETag.
 
-Document bounds (``positions="documents"``) read the pointers and document entries
+Document starts (``positions="documents"``) read the pointers and document entries
 again, after a HEAD: an object replaced since (another size, or another ETag where
 both have one) is a :class:`~headrace.errors.FormatError` saying to reopen the source.
 An object served without an ETag (a plain HTTP server may send none) is checked by
-its size alone, as its token reads are.
+its size alone, as its token reads are. They are looked up as a local index's are
+(:func:`remote_starts`): a sample of each array read once, then blocks fetched where a
+window's rows need them, about two windows' kept; where those would hold more than
+half the array of every start (a window spanning much of the index), that array is
+made instead (:func:`remote_document_bounds`).
 
 With ``cache_dir``, that an object (its URL, size and strong ETag) was checked
 against a ``.bin`` of a size is kept as a cache entry of the header's bytes: a
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, wait
 from contextlib import nullcontext
@@ -42,12 +46,21 @@ from headrace.formats._megatron import (
     check_index,
     header_index,
 )
+from headrace.formats._megatron_starts import STEP, MappedStarts, take_sample
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 
 if TYPE_CHECKING:
     from headrace.io import ObjectCache, ObjectInfo
 
-__all__ = ["AHEAD", "CHECKS", "remote_document_bounds", "remote_index"]
+__all__ = [
+    "AHEAD",
+    "BLOCK",
+    "CHECKS",
+    "KEEP",
+    "remote_document_bounds",
+    "remote_index",
+    "remote_starts",
+]
 
 #: Ranges of an index read ahead of the one being checked. Each is one piece's lengths,
 #: pointers or document entries (64 MB at most); a piece's lengths and pointers are checked
@@ -86,13 +99,138 @@ def remote_index(files: ObjectFiles, url: str, bin_size: int) -> CheckedIndex | 
 def remote_document_bounds(files: ObjectFiles, index: CheckedIndex) -> NDArray[np.int64]:
     """:meth:`CheckedIndex.document_bounds` of an index on object storage, refused
     (:class:`~headrace.errors.FormatError`) if the object is not the one checked."""
+    size, etag = _unchanged(files, index)
+    # Each GET is checked against the stamp too: replaced in between, it is refused.
+    return index.document_bounds(_reads(files.open(index.path, size, etag)))
+
+
+def _unchanged(files: ObjectFiles, index: CheckedIndex) -> tuple[int, str | None]:
+    """The index object's size and ETag as checked, after a HEAD found it unchanged."""
     assert len(index.stamp) == 2  # an object's: its size and ETag
     size, etag = index.stamp
     info = files.info(index.path)
     if info.size != size or (etag and info.etag and info.etag != etag):
         raise changed_since(index.path, "size, ETag", (info.size, info.etag), index.stamp)
-    # Each GET is checked against the stamp too: replaced in between, it is refused.
-    return index.document_bounds(_reads(files.open(index.path, size, etag)))
+    return size, etag
+
+
+def remote_starts(
+    files: ObjectFiles, index: CheckedIndex, window_tokens: int
+) -> MappedStarts | None:
+    """The document starts of an index on object storage, looked up as a local index's
+    are (:class:`~headrace.formats._megatron_starts.MappedStarts`): the samples read once
+    (every :data:`~headrace.formats._megatron_starts.STEP`-th pointer and document
+    entry, the object read through in ranges of 8 MiB, a few in flight), then blocks of
+    :data:`BLOCK` entries fetched where lookups need them, those of about two windows of
+    ``window_tokens`` (at least :data:`KEEP`) kept for each array. Held: 16 bytes a
+    ``STEP`` documents and the blocks kept, not the array of every start (50M
+    documents: 400 MB in each process, 800 MB at its peak). ``None`` where the blocks
+    kept would hold more than half that array (a window spanning much of the index):
+    then the array is made (:func:`remote_document_bounds`)."""
+    n_seq, n_doc = index.sequences, index.entries - 1  # the last document entry is S
+    tokens = index.bin_size // index.dtype.itemsize
+
+    def kept(n: int) -> int:
+        """Blocks of an array of ``n`` entries kept: twice those a window's entries span."""
+        per_window = -(-n * min(window_tokens, tokens) // max(tokens, 1))
+        return max(KEEP, 2 * (-(-per_window // BLOCK) + 1))
+
+    keep = (kept(n_seq), kept(n_doc))
+    if 8 * BLOCK * sum(keep) > 4 * n_doc:
+        return None
+    size, etag = _unchanged(files, index)
+    f = files.open(index.path, size, etag, cached=False)
+    at = INDEX_HEAD + 4 * n_seq
+
+    def sample(at: int, n: int) -> NDArray[np.int64]:
+        step = _object_files.PIECE // 8 // STEP * STEP or STEP  # entries a GET: 8 MiB
+        ranges = [(at + 8 * lo, 8 * min(step, n - lo)) for lo in range(0, n, step)]
+        return take_sample((b.view(np.int64) for b in _ranges_ahead(f, ranges, None)), n)
+
+    pointers, docs = sample(at, n_seq), sample(at + 8 * n_seq, n_doc)
+    return MappedStarts(
+        index,
+        _Blocks(files, index.path, (size, etag), at, n_seq, keep[0]),
+        _Blocks(files, index.path, (size, etag), at + 8 * n_seq, n_doc, keep[1]),
+        pointers,
+        docs,
+        lambda: None,  # each GET is checked against the object's size and ETag
+        mapped=False,
+    )
+
+
+#: Entries of a remote index's array fetched at once where a lookup needs them (512
+#: KiB): a window's rows look up documents close together, in the blocks it spans.
+BLOCK = 1 << 16
+#: Blocks of each array kept at least (8 MiB).
+KEEP = 16
+
+
+class _Blocks:
+    """The ``n`` int64 entries at byte ``at`` of an index's object, fetched :data:`BLOCK`
+    at a time where they are read (through the object cache, where there is one), the
+    ``keep`` last used kept."""
+
+    def __init__(
+        self,
+        files: ObjectFiles,
+        url: str,
+        stamp: tuple[int, str | None],
+        at: int,
+        n: int,
+        keep: int,
+    ) -> None:
+        self._keep = keep
+        self._files = files  # a source's: reopened after it closes
+        self._url = url
+        self._stamp = stamp  # the size and ETag each GET is checked against
+        self._at = at
+        self._n = n
+        self._kept: OrderedDict[int, NDArray[np.int64]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: NDArray[np.int64]) -> NDArray[np.int64]:
+        i = np.asarray(i, dtype=np.int64)
+        flat = i.reshape(-1)
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self._n):
+            raise IndexError(f"entries [{int(flat.min())}, {int(flat.max())}] of {self._n}")
+        blocks = flat // BLOCK
+        need = np.unique(blocks).tolist()
+        with self._lock:
+            missing = [b for b in need if b not in self._kept]
+            if missing and need[-1] - need[0] < self._keep // 2:
+                # The blocks between too (a window's rows: the rest of its span, which
+                # the next batches look up), all in one round of GETs, not one a batch.
+                missing = [b for b in range(need[0], need[-1] + 1) if b not in self._kept]
+            if missing:
+                self._fetch(missing)
+            got = []
+            for b in need:
+                self._kept.move_to_end(b)
+                got.append(self._kept[b])
+            while len(self._kept) > max(self._keep, len(need)):
+                self._kept.popitem(last=False)
+        out = np.empty(flat.shape, dtype=np.int64)
+        for b, entries in zip(need, got, strict=True):
+            sel = blocks == b
+            out[sel] = entries[flat[sel] - b * BLOCK]
+        return out.reshape(i.shape)
+
+    def _fetch(self, missing: list[int]) -> None:
+        f = self._files.open(self._url, *self._stamp)
+        bufs = {b: np.empty(min(BLOCK, self._n - b * BLOCK), np.int64) for b in missing}
+        futures = [
+            r
+            for b, buf in bufs.items()
+            for r in f.read_pieces(buf.view(np.uint8), self._at + 8 * b * BLOCK)
+        ]
+        wait_all(futures)
+        for r in futures:
+            r.result()
+        self._kept.update(bufs)
 
 
 def _reads(f: RemoteFile, first: NDArray[np.uint8] | None = None) -> Reads:

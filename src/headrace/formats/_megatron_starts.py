@@ -22,7 +22,8 @@ mount: ``SIGBUS``), or that cannot be mapped, is read as the array, as before.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,7 +32,7 @@ from headrace.errors import ConfigError
 from headrace.formats._megatron import INDEX_HEAD, CheckedIndex, changed_since, stamp_of
 from headrace.io import LocalFile
 
-__all__ = ["STEP", "MappedStarts", "mapped_starts"]
+__all__ = ["SAMPLE_PIECE", "STEP", "Entries", "MappedStarts", "mapped_starts", "take_sample"]
 
 #: Entries of the map between two of the sample held: each lookup reads one block of
 #: ``STEP`` entries a row (512 bytes), and the samples cost 16 bytes a ``STEP``
@@ -59,49 +60,80 @@ def mapped_starts(index: CheckedIndex) -> MappedStarts | None:
         docs = _sample(f, at + 8 * index.sequences, index.entries - 1)  # the last is S
     # Closed, the file leaves its map alive while arrays view it: it is unmapped when
     # these are dropped, and no descriptor is held meanwhile.
-    return MappedStarts(index, whole, pointers, docs)
+    at = INDEX_HEAD + 4 * index.sequences
+    n_seq, n_doc = index.sequences, index.entries
+    return MappedStarts(
+        index,
+        whole[at : at + 8 * n_seq].view(np.int64),
+        whole[at + 8 * n_seq : at + 8 * (n_seq + n_doc - 1)].view(np.int64),
+        pointers,
+        docs,
+        lambda: _check_local(index),
+    )
 
 
 def _sample(f: LocalFile, at: int, n: int) -> NDArray[np.int64]:
     """Every :data:`STEP`-th of the ``n`` int64 entries at ``at``, read by ``pread`` a
     piece at a time: taken through the map, every page would be mapped into this
     process (the RSS of a 50M-document index's sample: +800 MB of page cache)."""
-    out = np.empty(-(-n // STEP), dtype=np.int64)
-    for lo in range(0, n, _PIECE):
-        piece = f.pread(at + 8 * lo, 8 * min(_PIECE, n - lo)).view(np.int64)
-        out[lo // STEP : lo // STEP + -(-len(piece) // STEP)] = piece[::STEP]
-    return out
+    pieces = (
+        f.pread(at + 8 * lo, 8 * min(SAMPLE_PIECE, n - lo)).view(np.int64)
+        for lo in range(0, n, SAMPLE_PIECE)
+    )
+    return take_sample(pieces, n)
 
 
 #: Entries read at a time for a sample (1 MiB): a multiple of :data:`STEP`.
-_PIECE = 1 << 17
+SAMPLE_PIECE = 1 << 17
+
+
+class Entries(Protocol):
+    """int64 entries of an index read where asked: a map's view, or an object's blocks."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: NDArray[np.int64]) -> NDArray[np.int64]: ...
 
 
 class MappedStarts:
     """Token offsets where each document of a Megatron index starts (its ``D - 1``
     documents: :meth:`CheckedIndex.document_bounds` without the total), found and read
-    in a map of the index. ``search`` is ``np.searchsorted`` of those offsets and
-    ``take`` their indexing."""
+    in the index's pointers and document entries where they lie (a map of a local
+    index, or an object's blocks: :mod:`~headrace.formats._megatron_remote`).
+    ``search`` is ``np.searchsorted`` of those offsets and ``take`` their indexing."""
 
-    __slots__ = ("_docs", "_docs_sample", "_index", "_pointers", "_pointers_sample")
+    __slots__ = (
+        "_check",
+        "_docs",
+        "_docs_sample",
+        "_index",
+        "_pointers",
+        "_pointers_sample",
+        "mapped",
+    )
 
     def __init__(
         self,
         index: CheckedIndex,
-        whole: NDArray[np.uint8],
+        pointers: Entries,
+        docs: Entries,
         pointers_sample: NDArray[np.int64],
         docs_sample: NDArray[np.int64],
+        check: Callable[[], None],
+        mapped: bool = True,
     ) -> None:
-        """``whole``: the index's map; the samples: every :data:`STEP`-th pointer and
-        document entry (not the last, ``S``)."""
+        """``pointers`` and ``docs``: the index's pointers and document entries (not the
+        last, ``S``); the samples: every :data:`STEP`-th of each; ``check``: refuses an
+        index changed since it was checked, before each lookup."""
+        #: read through a map of a local file (let go when the source closes; an object's
+        #: are kept, their samples read once)
+        self.mapped = mapped
         self._index = index
-        n_seq, n_doc = index.sequences, index.entries
-        at = INDEX_HEAD + 4 * n_seq
-        self._pointers = whole[at : at + 8 * n_seq].view(np.int64)
-        at += 8 * n_seq
-        self._docs = whole[at : at + 8 * (n_doc - 1)].view(np.int64)
+        self._pointers = pointers
+        self._docs = docs
         self._pointers_sample = pointers_sample
         self._docs_sample = docs_sample
+        self._check = check
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -138,21 +170,33 @@ class MappedStarts:
         out: NDArray[np.int64] = byte // index.dtype.itemsize
         return out
 
-    def _check(self) -> None:
-        """Refuse an index changed since it was checked: a file cut short under its map
-        is ``SIGBUS`` (the process killed without a word) at the next page read."""
-        index = self._index
-        try:
-            st = os.stat(index.path)
-        except OSError as exc:
-            raise changed_since(index.path, "stat", repr(exc), index.stamp) from exc
-        now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if now != index.stamp:
-            raise changed_since(index.path, "device, inode, size, mtime", now, index.stamp)
+
+def _check_local(index: CheckedIndex) -> None:
+    """Refuse an index changed since it was checked: a file cut short under its map is
+    ``SIGBUS`` (the process killed without a word) at the next page read."""
+    try:
+        st = os.stat(index.path)
+    except OSError as exc:
+        raise changed_since(index.path, "stat", repr(exc), index.stamp) from exc
+    now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if now != index.stamp:
+        raise changed_since(index.path, "device, inode, size, mtime", now, index.stamp)
+
+
+def take_sample(pieces: Iterable[NDArray[np.int64]], n: int) -> NDArray[np.int64]:
+    """Every :data:`STEP`-th of ``n`` entries given in ``pieces`` of whole multiples of
+    :data:`STEP` entries (the last may be shorter)."""
+    out = np.empty(-(-n // STEP), dtype=np.int64)
+    at = 0
+    for piece in pieces:
+        k = -(-len(piece) // STEP)
+        out[at : at + k] = piece[::STEP]
+        at += k
+    return out
 
 
 def _count(
-    entries: NDArray[np.int64], sample: NDArray[np.int64], values: NDArray[np.int64], before: Any
+    entries: Entries, sample: NDArray[np.int64], values: NDArray[np.int64], before: Any
 ) -> NDArray[np.int64]:
     """For each value, how many of the non-decreasing ``entries`` are ``before`` it (a
     prefix): ``np.searchsorted`` without a copy of ``entries``. ``sample``: every

@@ -399,7 +399,8 @@ class TokenSource(WindowCache):
         bounds = self._bounds.get(f)
         if bounds is None:
             tf = self.files[f]
-            bounds = tf.document_starts(self._remote() if tf.remote else None)
+            remote = self._remote() if tf.remote else None
+            bounds = tf.document_starts(remote, self.layout.window_tokens)
             self._bounds[f] = bounds
         return bounds
 
@@ -521,9 +522,11 @@ class TokenSource(WindowCache):
         self._free.clear()
         for i in list(self._open):
             self._close_file(i)
-        # Maps of indexes let go (mapped again at the next read); arrays are kept: an
-        # index on object storage is read whole for them.
-        self._bounds = {f: b for f, b in self._bounds.items() if not isinstance(b, MappedStarts)}
+        # Maps of local indexes let go (mapped again at the next read); an object's
+        # samples and arrays are kept (read through the whole index for them).
+        self._bounds = {
+            f: b for f, b in self._bounds.items() if not (isinstance(b, MappedStarts) and b.mapped)
+        }
         self._close_stores()
 
     def _close_stores(self) -> None:

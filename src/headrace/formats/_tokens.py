@@ -17,7 +17,7 @@ from numpy.typing import DTypeLike, NDArray
 from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import CheckedIndex, MegatronIndex, check_megatron_index
-from headrace.formats._megatron_remote import remote_document_bounds
+from headrace.formats._megatron_remote import remote_document_bounds, remote_starts
 from headrace.formats._megatron_starts import MappedStarts, mapped_starts
 from headrace.formats._npy import NPY_HEAD, refuse_npy_as_raw
 from headrace.formats._object_files import ObjectFiles, check_store_options, split_object_url
@@ -123,14 +123,22 @@ class TokenFile:
         finally:
             own.close()
 
-    def document_starts(self, files: ObjectFiles | None = None) -> NDArray[np.int64] | MappedStarts:
+    def document_starts(
+        self, files: ObjectFiles | None = None, window_tokens: int | None = None
+    ) -> NDArray[np.int64] | MappedStarts:
         """Where documents start (:meth:`documents` without the total): a local Megatron
         index's looked up in a map of it, not made into an array (see
-        :mod:`~headrace.formats._megatron_starts`), others as :meth:`documents` gives them."""
+        :mod:`~headrace.formats._megatron_starts`), an object's in blocks of it where
+        reads of ``window_tokens`` look them up (:func:`remote_starts`), others as
+        :meth:`documents` gives them."""
         if isinstance(self.index, CheckedIndex) and not self.remote:
             mapped = mapped_starts(self.index)
             if mapped is not None:
                 return mapped
+        if isinstance(self.index, CheckedIndex) and files is not None and window_tokens:
+            blocks = remote_starts(files, self.index, window_tokens)
+            if blocks is not None:
+                return blocks
         return self.documents(files)[:-1]
 
 
