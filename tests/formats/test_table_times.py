@@ -1,6 +1,7 @@
-"""Timestamps, dates and durations in tables: NumPy's datetime64 / timedelta64 of the
-column's unit, as pyarrow's ``to_numpy`` gives them (the audit's battery reads ms, us
-and ns timestamps, date32 and durations in every file kind; these are the rest)."""
+"""Timestamps, dates, durations and times of day in tables: NumPy's datetime64 /
+timedelta64 of the column's unit, as pyarrow's ``to_numpy`` gives them (a time of day as
+the time since midnight; the audit's battery reads ms, us and ns timestamps, date32,
+durations and times of day in every file kind; these are the rest)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,21 @@ def test_null_times_are_refused_by_row(tmp_path: Path) -> None:
         TableSource(str(tmp_path / "n.parquet"), shuffle="none")
 
 
-def test_a_time_of_day_is_still_refused_by_name(tmp_path: Path) -> None:
-    pq.write_table(pa.table({"at": pa.array([1, 2], pa.time32("s"))}), tmp_path / "t.parquet")
-    with pytest.raises(FormatError, match="column 'at' has type time32"):
-        TableSource(str(tmp_path / "t.parquet"))
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_a_time_of_day_is_the_time_since_midnight(tmp_path: Path, kind: str) -> None:
+    # timedelta64 of the unit as stored (refused until 2026-12-04): a Parquet file
+    # holds a time32[s] as ms, an Arrow file as s; 32-bit values widened to NumPy's 64.
+    seconds = np.array([0, 1, 43_200, 86_399], np.int32)
+    table = pa.table({"at": pa.array(seconds, pa.time32("s")), "i": np.arange(4)})
+    path = tmp_path / f"t.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, path)
+    else:
+        write_arrow(path, table, [3, 1])
+    src = TableSource(str(path), shuffle="none")
+    got = src.read(0, np.arange(4, dtype=np.int64))
+    unit = "ms" if kind == "parquet" else "s"
+    assert got["at"].dtype == np.dtype(f"m8[{unit}]")
+    assert np.array_equal(got["at"], seconds.astype("m8[s]"))  # equal across units
+    assert str(got["at"][3].astype("m8[s]")) == "86399 seconds"
+    src.close()

@@ -21,13 +21,14 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 
 
 def temporal_dtype(typ: Any) -> np.dtype[Any] | None:
-    """NumPy's type of Arrow timestamps, dates and durations (``datetime64`` /
-    ``timedelta64`` of the column's unit; a timestamp's time zone is not kept, its
-    values are UTC as stored, as pyarrow's ``to_numpy`` gives them), else ``None``."""
+    """NumPy's type of Arrow timestamps, dates, durations and times of day
+    (``datetime64`` / ``timedelta64`` of the column's unit; a timestamp's time zone is
+    not kept, its values are UTC as stored, as pyarrow's ``to_numpy`` gives them; a time
+    of day is the time since midnight, which NumPy has no other type for), else ``None``."""
     name = str(typ)
     if name.startswith("timestamp["):
         return np.dtype(f"M8[{typ.unit}]")
-    if name.startswith("duration["):
+    if name.startswith(("duration[", "time32[", "time64[")):
         return np.dtype(f"m8[{typ.unit}]")
     return {"date32[day]": np.dtype("M8[D]"), "date64[ms]": np.dtype("M8[ms]")}.get(name)
 
@@ -97,7 +98,7 @@ def _values(arr: Any) -> NDArray[Any] | None:
     dtype = _DTYPES.get(str(arr.type)) or temporal_dtype(arr.type)
     if dtype is None:
         return None
-    if str(arr.type) == "date32[day]":  # days as int32: NumPy's day counts are 64-bit
+    if str(arr.type).startswith(("date32", "time32")):  # int32: NumPy's counts are 64-bit
         return _values_as(arr, np.dtype("<i4")).astype(dtype)
     return _values_as(arr, dtype)
 

@@ -202,7 +202,7 @@ def classify_column(
             name=name, arrow_type=str(typ), kind="scalar", dtype=numeric_dtype(pa, typ)
         )
     when = temporal_dtype(typ)
-    if when is not None:  # timestamps, dates, durations: datetime64 / timedelta64
+    if when is not None:  # timestamps, dates, durations, times: datetime64 / timedelta64
         return TableColumn(name=name, arrow_type=str(typ), kind="scalar", dtype=when)
     if t.is_fixed_size_list(typ) and (numeric(typ.value_type) or t.is_boolean(typ.value_type)):
         return TableColumn(
@@ -240,7 +240,8 @@ def classify_column(
         hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
-        "supported: numbers, bool, timestamps, dates and durations, fixed_size_list<number "
+        "supported: numbers, bool, timestamps, dates, durations and times of day, "
+        "fixed_size_list<number "
         "or bool>, list<number or bool> (e.g. token ids), string/binary, fixed_size_binary. "
         f"Leave it out with columns=[...].{hint}"
     )
