@@ -35,7 +35,7 @@ replaced under a running job is an error. A dictionary-encoded column (a pandas
 any integer column, and its dictionary: the dictionary batches a record batch was
 written with (for each id the last replacement and the deltas after it), fetched
 and decoded once when a read first asks for the column; left out, it is counted
-past (no dictionary batch fetched). One inside a struct is refused when read.
+past (no dictionary batch fetched). So is a struct's field that is one.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from headrace.formats._arrow_format import (
     _buffer_counts,
     _Corrupt,
     _Flat,
+    _has_dictionary,
     _indexed,
     _node_counts,
 )
@@ -509,11 +510,12 @@ class RemoteArrow(RemotePart):
             [f.with_type(_indexed(pa, f.type) or f.type) for f in self.schema],
             metadata=self.schema.metadata,
         )
-        #: the top-level dictionary columns
-        self.coded = frozenset(f.name for f in self.schema if pa.types.is_dictionary(f.type))
+        #: the top-level columns that are or hold (in a struct) a dictionary
+        self.coded = frozenset(f.name for f in self.schema if _has_dictionary(pa, f.type))
         # Decoded dictionaries by the dictionary batches they come from: the few last used
         # (a stream that replaces them at each record batch has one set per batch).
-        self._dictionaries: OrderedDict[tuple[int, ...], dict[str, Any]] = OrderedDict()
+        self._dictionaries: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._which: dict[int, tuple[int, ...]] = {}  # those batches, by how many come first
         self._dictionaries_lock = threading.Lock()
 
     @classmethod
@@ -572,17 +574,19 @@ class RemoteArrow(RemotePart):
         ]
         return Fetch(names, [(offset, buf)], futures)
 
-    def dictionary(self, group: int, name: str) -> Any:
-        """Dictionary column ``name``'s dictionary in record batch ``group``: the
-        dictionary batches it was written with, fetched (one GET each, all at once) the
-        first time a read asks and decoded by pyarrow's stream reader, behind the schema
-        and before an empty record batch."""
+    def _dictionary_batch(self, group: int) -> Any:
+        """An empty record batch of the full schema whose dictionary columns (and struct
+        fields) carry the dictionaries record batch ``group`` was written with: its
+        dictionary batches, fetched (one GET each, all at once) the first time a read
+        asks, and decoded by pyarrow's stream reader behind the schema."""
         index = self.index
         k = index.dictionaries_before[group]
-        chosen: dict[int, list[int]] = {}  # by id: its last replacement and the deltas after
-        for j, (_, _, key, delta) in enumerate(index.dictionaries[:k]):
-            chosen[key] = [*chosen[key], j] if delta and key in chosen else [j]
-        which = tuple(sorted(j for js in chosen.values() for j in js))
+        which = self._which.get(k)
+        if which is None:
+            chosen: dict[int, list[int]] = {}  # by id: its last replacement, deltas after
+            for j, (_, _, key, delta) in enumerate(index.dictionaries[:k]):
+                chosen[key] = [*chosen[key], j] if delta and key in chosen else [j]
+            which = self._which[k] = tuple(sorted(j for js in chosen.values() for j in js))
         with self._dictionaries_lock:
             got = self._dictionaries.get(which)
             if got is None:
@@ -592,9 +596,9 @@ class RemoteArrow(RemotePart):
                     self._dictionaries.popitem(last=False)
             else:
                 self._dictionaries.move_to_end(which)
-        return got[name]
+        return got
 
-    def _decode_dictionaries(self, group: int, which: tuple[int, ...]) -> dict[str, Any]:
+    def _decode_dictionaries(self, group: int, which: tuple[int, ...]) -> Any:
         pa = self._pa
         places = [self.index.dictionaries[j][:2] for j in which]
         bufs = [np.empty(length, np.uint8) for _, length in places]
@@ -614,35 +618,35 @@ class RemoteArrow(RemotePart):
         stream = b"".join([self.index.schema_message, *(b.tobytes() for b in bufs), empty, _END])
         try:
             batch = pa.ipc.open_stream(pa.py_buffer(stream)).read_next_batch()
-            out = {name: batch.column(name).dictionary for name in self.coded}
-            for d in out.values():
-                d.validate(full=True)  # bytes from the network
+            for name in self.coded:
+                for d in _dictionaries(pa, batch.column(name)):
+                    d.validate(full=True)  # bytes from the network
         except (pa.ArrowException, OSError, EOFError, StopIteration) as exc:
             raise FormatError(
                 f"{self.path}: record batch {group}: its dictionary batches (at bytes "
                 f"{[p[0] for p in places]}) are truncated or corrupt ({exc}): {RECOPY}"
             ) from exc
-        return out
+        return batch
 
     def decoded(self, group: int, batch: Any, names: list[str]) -> Any:
-        """``batch`` (rows of record batch ``group``) with each dictionary column of
-        ``names`` made of its indices and its dictionary; an index out of the
-        dictionary's range is an error."""
+        """``batch`` (rows of record batch ``group``, decoded by :attr:`indexed`) with
+        each dictionary of ``names`` (a column, or a struct's field) made of its indices
+        and its dictionary; an index out of the dictionary's range is an error."""
         pa = self._pa
-        for name in self.coded.intersection(names):
+        coded = self.coded.intersection(names)
+        if not coded:
+            return batch
+        like = self._dictionary_batch(group)  # its errors are the store's or its own
+        for name in coded:
             i = batch.schema.get_field_index(name)
-            field = self.schema.field(name)
-            values = self.dictionary(group, name)  # its errors are the store's or its own
             try:
-                arr = pa.DictionaryArray.from_arrays(
-                    batch.column(i), values, ordered=field.type.ordered
-                )
+                arr = _with_dictionaries(pa, batch.column(i), like.column(name))
             except (pa.ArrowException, OSError) as exc:
                 raise FormatError(
                     f"{self.path}: record batch {group}: column {name!r}: corrupt Arrow IPC "
                     f"dictionary indices ({exc}): {RECOPY}"
                 ) from exc
-            batch = batch.set_column(i, field, arr)
+            batch = batch.set_column(i, self.schema.field(name), arr)
         return batch
 
     def span(self, i: int, names: list[str], fetched: Fetch | None = None) -> Any:
@@ -664,7 +668,7 @@ class RemoteArrow(RemotePart):
                 f"{self.path}: record batch {i} holds {batch.num_rows} rows; its header, "
                 f"read when the file was opened, said {self.rows[i]}"
             )
-        return self.decoded(i, batch, names) if self.coded.intersection(names) else batch
+        return self.decoded(i, batch, names)
 
     def field_nodes(self, column: str, field: tuple[str, ...]) -> list[int]:
         """The field nodes (indices into each ``index.nodes``) of top-level ``column``
@@ -684,3 +688,26 @@ class RemoteArrow(RemotePart):
 
     def stored_bytes(self, i: int) -> int:
         return self.index.spans[i][1]
+
+
+def _dictionaries(pa: Any, arr: Any) -> list[Any]:
+    """The dictionaries of ``arr``'s type: its own, or its struct fields'."""
+    if pa.types.is_dictionary(arr.type):
+        return [arr.dictionary]
+    if pa.types.is_struct(arr.type):
+        return [d for j in range(arr.type.num_fields) for d in _dictionaries(pa, arr.field(j))]
+    return []
+
+
+def _with_dictionaries(pa: Any, arr: Any, like: Any) -> Any:
+    """``arr``, decoded with each dictionary as its index type (:func:`_indexed`), with
+    ``like``'s dictionaries (an array of the full type): a dictionary array where
+    ``like`` has one, a struct of such fields where it is a struct."""
+    typ = like.type
+    if pa.types.is_dictionary(typ):
+        return pa.DictionaryArray.from_arrays(arr, like.dictionary, ordered=typ.ordered)
+    if pa.types.is_struct(typ) and _has_dictionary(pa, typ):
+        kids = [_with_dictionaries(pa, arr.field(j), like.field(j)) for j in range(typ.num_fields)]
+        mask = arr.is_null() if arr.null_count else None
+        return pa.StructArray.from_arrays(kids, fields=list(typ), mask=mask)
+    return arr

@@ -752,7 +752,7 @@ class FileSource(Closing):
                 # copy named every URL again (decoded, split, sorted: 44 us a URL, 1M URLs
                 # 44 s in each worker before its first read), and held it as a str a URL.
                 files, at = f.url, opened_at(named_url(f.url))
-            elif not f.remote:
+            else:
                 # A list of local paths is its listing's keys (sorted, as strings), which
                 # a copy reads instead of listing: sent packed, not as a str a path again.
                 files = f.keys

@@ -32,7 +32,7 @@ from headrace.errors import ConfigError
 from headrace.formats._megatron import INDEX_HEAD, CheckedIndex, changed_since, stamp_of
 from headrace.io import LocalFile
 
-__all__ = ["SAMPLE_PIECE", "STEP", "Entries", "MappedStarts", "mapped_starts", "take_sample"]
+__all__ = ["STEP", "Entries", "MappedStarts", "mapped_starts", "take_sample"]
 
 #: Entries of the map between two of the sample held: each lookup reads one block of
 #: ``STEP`` entries a row (512 bytes), and the samples cost 16 bytes a ``STEP``
@@ -77,14 +77,13 @@ def _sample(f: LocalFile, at: int, n: int) -> NDArray[np.int64]:
     piece at a time: taken through the map, every page would be mapped into this
     process (the RSS of a 50M-document index's sample: +800 MB of page cache)."""
     pieces = (
-        f.pread(at + 8 * lo, 8 * min(SAMPLE_PIECE, n - lo)).view(np.int64)
-        for lo in range(0, n, SAMPLE_PIECE)
+        f.pread(at + 8 * lo, 8 * min(_PIECE, n - lo)).view(np.int64) for lo in range(0, n, _PIECE)
     )
     return take_sample(pieces, n)
 
 
 #: Entries read at a time for a sample (1 MiB): a multiple of :data:`STEP`.
-SAMPLE_PIECE = 1 << 17
+_PIECE = 1 << 17
 
 
 class Entries(Protocol):

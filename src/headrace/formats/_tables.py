@@ -42,7 +42,6 @@ from numpy.typing import NDArray
 from headrace._closing import Closing
 from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError, FormatError
-from headrace.formats._arrow_format import _has_dictionary
 from headrace.formats._arrow_local import WalkedStream
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._file_list import is_object_url
@@ -169,20 +168,6 @@ class Table(Closing):
         names = columns_read(pa, self._parts, columns, self._where)
         first = reference_part(pa, self._parts)
         self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
-        remote_ipc = [p for p in self._parts if isinstance(p, RemoteArrow)]
-        if remote_ipc:
-            # A dictionary column is read as its indices and its dictionary; a struct's
-            # field would be read as its indices alone.
-            ipc = remote_ipc[0]
-            nested = [c for c, col in self._columns.items() if col.field and _coded(pa, ipc, col)]
-            if nested:
-                raise FormatError(
-                    f"{ipc.path}: column(s) {nested} hold dictionary-encoded fields in a "
-                    "struct, which headrace does not read in an Arrow IPC file on object "
-                    "storage (the other columns read): leave them out with columns=[...], "
-                    "decode them (pyarrow: table.cast to the value type), or copy the file "
-                    "to local disk"
-                )
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
         features = image_features(first.schema)
         self.image_columns = [c for c in features if c in self._columns]
@@ -628,11 +613,3 @@ class Table(Closing):
             f"Table({self._root!r}, files={len(self._parts)}, rows={self.num_rows}, "
             f"columns={list(self._columns)})"
         )
-
-
-def _coded(pa: Any, part: RemoteArrow, col: TableColumn) -> bool:
-    """Whether a dictionary is in what column ``col`` reads of ``part``'s schema."""
-    typ = part.schema.field(col.read).type
-    for name in col.field:
-        typ = typ.field(name).type
-    return _has_dictionary(pa, typ)

@@ -261,9 +261,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             f"for the restore (hours){said} ({brief})"
         ), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
-        return PermissionDeniedError(
-            f"{where}: access denied{said}{_token_hint(where)} ({brief})"
-        ), False
+        return _denied(where, said, brief), False
     if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
         # An HTTP server that ignores Range (answers 200 with the whole object, as
         # Python's http.server does): every try would get the same answer.
@@ -286,9 +284,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
             return eof, False
         if status in (403, 401) or (status == 400 and code in _CREDENTIAL_CODES):
-            return PermissionDeniedError(
-                f"{where}: access denied{said}{_token_hint(where)} ({brief})"
-            ), False
+            return _denied(where, said, brief), False
         if status == 404:
             return _not_found(where, text, brief), False
         if status in (405, 501) and "PROPFIND" in text:
@@ -339,11 +335,13 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     return StorageError(f"{where}: {type(exc).__name__}: {brief}"), False
 
 
-def _token_hint(where: str) -> str:
-    """How an http(s):// server is given a token (a private Hugging Face repository's)."""
-    if not where.startswith(("http://", "https://")):
-        return ""
-    return (
+def _denied(where: str, said: str, brief: str) -> PermissionDeniedError:
+    """Access denied to ``where``; for an http(s):// server, how it is sent a token (a
+    private Hugging Face repository's)."""
+    hint = (
         "; a server that asks for a token is sent one with store_options={'client_options': "
         "{'default_headers': {'Authorization': 'Bearer TOKEN'}}}"
+        if where.startswith(("http://", "https://"))
+        else ""
     )
+    return PermissionDeniedError(f"{where}: access denied{said}{hint} ({brief})")
