@@ -35,11 +35,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Workers for ``-n auto`` (pyproject's addopts): one a core, at most 4. Most of the
-    suite's time is spent waiting on servers, child processes and mounts, so two workers
-    on 2 cores take about 40% off it; more than 4 would only multiply the servers and
-    mounts alive at once. ``-n 0`` runs it in one process."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    """Workers for ``-n auto`` (pyproject's addopts): two a core, at most 4. A quarter of
+    the suite's time is spent waiting on servers, child processes, injected latency and
+    mounts, which other workers' tests fill: on 2 cores 4 workers took 9m27s, 3 took
+    9m52s and 2 took 11m55s (one run each, back to back, 2026-12-04). More than 4
+    would only multiply the servers and mounts alive at once. ``-n 0`` runs it in one
+    process."""
+    return max(1, min(4, 2 * len(os.sched_getaffinity(0))))
 
 
 @pytest.fixture
