@@ -210,6 +210,7 @@ def _row_file(path: Path, rows: Any) -> None:
 
 def _write_datasets(root: Path) -> None:
     """What the examples open, under the names they use."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(0)
@@ -256,6 +257,21 @@ def _write_datasets(root: Path) -> None:
     _save_to_disk(table, root / "path" / "to" / "save_to_disk_dir")
     pq.write_table(table, root / "ds_dir_or.parquet", row_group_size=100)
     _jpegs(root / "jpegs", [(48 + 8 * i, 64 - 4 * i) for i in range(8)])
+    # docs/rows.md "Lists of lists of one shape": Whisper's input features as ds.map
+    # saves them (lists of 80 lists of 3,000 floats), and token labels.
+    n, feats = 16, np.random.default_rng(12).random(16 * 80 * 3000, dtype=np.float32)
+    inner = pa.ListArray.from_arrays(np.arange(n * 80 + 1, dtype=np.int32) * 3000, feats)
+    labels = [list(range(i, i + 20 + i)) for i in range(n)]
+    whisper = pa.table(
+        {
+            "input_features": pa.ListArray.from_arrays(
+                np.arange(n + 1, dtype=np.int32) * 80, inner
+            ),
+            "labels": pa.array(labels, pa.list_(pa.int64())),
+        }
+    )
+    (root / "whisper_features").mkdir()
+    pq.write_table(whisper, root / "whisper_features" / "train-00000-of-00001.parquet")
     # README.md and docs/rows.md "Image columns": Hub vision datasets' Parquet shards.
     sizes = [(40 + 8 * (i % 3), 48 - 4 * (i % 3)) for i in range(200)]
     _image_table(

@@ -99,7 +99,7 @@ def test_a_row_of_another_shape_or_a_varying_shape_is_refused(tmp_path: Path) ->
     # Its whole row group: a list of another length would shift the rows after it.
     with pytest.raises(
         FormatError,
-        match=r"bad\.parquet: column 'x': row 10 does not have the feature's shape "
+        match=r"bad\.parquet: column 'x': row 10 does not have the column's shape "
         r"\[2, 3\]: a list of 2 where 3 belong",
     ):
         tb.read_rows([15])

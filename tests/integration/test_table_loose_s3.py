@@ -13,6 +13,7 @@ import pytest
 from s3util import BUCKET, S3Fixture
 from s3util import store_options as options
 
+from headrace.errors import FormatError
 from headrace.formats import TableSource
 from headrace.testing import batch_digest
 
@@ -92,3 +93,42 @@ def test_array_features_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pa
         assert np.array_equal(got["px"], px[got["i"]])
         a.close()
         b.close()
+
+
+def test_nested_lists_given_a_shape_read_alike_locally_and_on_s3(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Lists of lists (ds.map's output of a feature extractor) read with shapes=: an Arrow
+    # file of one record batch (read in sub-windows on S3) and Parquet; and, in another
+    # copy, a row of another shape named alike.
+    rng = np.random.default_rng(4)
+    x = rng.random((400, 3, 5)).astype(np.float32)
+    rows = [r.tolist() for r in x]
+    client = s3.server.info.boto3_client()
+    kw = {"shuffle": "window", "window_rows": 128, "shapes": {"x": (3, 5)}}
+    for copy in ("good", "bad"):
+        if copy == "bad":
+            rows[321] = rows[321][:2]
+        t = pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float32()))), "i": range(400)})
+        with pa.ipc.new_file(tmp_path / f"{copy}.arrow", t.schema) as w:
+            w.write_table(t)
+        pq.write_table(t, tmp_path / f"{copy}.parquet", row_group_size=100)
+        for name in (f"{copy}.arrow", f"{copy}.parquet"):
+            client.put_object(
+                Bucket=BUCKET, Key=f"shaped/{name}", Body=(tmp_path / name).read_bytes()
+            )
+            url = f"s3://{BUCKET}/shaped/{name}"
+            a = TableSource(str(tmp_path / name), **kw)  # type: ignore[arg-type]
+            b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
+            if copy == "good":
+                got = b.read(0, np.arange(400))
+                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
+                assert np.array_equal(got["x"], x[got["i"]])
+            else:
+                message = r"row 321 does not have the column's shape \[3, 5\]: a list of 2 where 3"
+                with pytest.raises(FormatError, match=message):
+                    a.read(0, np.arange(400))
+                with pytest.raises(FormatError, match=f"{url}: column 'x': {message}"):
+                    b.read(0, np.arange(400))
+            a.close()
+            b.close()

@@ -117,7 +117,8 @@ def _holes(rows: NDArray[np.int64], n: int) -> NDArray[np.bool_] | None:
 def _array_view(
     pa: Any, col: TableColumn, path: str, first_row: int, arr: Any
 ) -> tuple[NDArray[Any], Any, Any]:
-    """``(values (rows, width), valid, holes)`` of a ``datasets`` ArrayND column's span: its
+    """``(values (rows, width), valid, holes)`` of a span of a column of ``col.shape`` (a
+    ``datasets`` ArrayND feature, or ``shapes=``'s): its
     nested lists, each row's lengths checked against ``col.shape`` at every level (a
     row of another shape would shift every row after it); a view of the file's values
     unless the span has null rows (refused when read: zeros hold their place)."""
@@ -138,17 +139,18 @@ def _array_view(
                 f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
                 f"list items; expected shape {list(col.shape)}"
             )
-        offsets = numbers(level.offsets, zero_copy_only=True)
-        lengths = np.diff(offsets)
-        bad = np.flatnonzero(lengths != dim)
-        if bad.size:
-            i = int(bad[0])
-            raise FormatError(
-                f"{path}: column {col.name!r}: row {first_row + int(rows[i // per])} does not "
-                f"have the feature's shape {list(col.shape)}: a list of {int(lengths[i])} "
-                f"where {dim} belong ({bad.size} such lists in rows [{first_row}, "
-                f"{first_row + len(rows)}))"
-            )
+        if not pa.types.is_fixed_size_list(level.type):  # (a fixed size's: checked at open)
+            offsets = numbers(level.offsets, zero_copy_only=True)
+            lengths = np.diff(offsets)
+            bad = np.flatnonzero(lengths != dim)
+            if bad.size:
+                i = int(bad[0])
+                raise FormatError(
+                    f"{path}: column {col.name!r}: row {first_row + int(rows[i // per])} does "
+                    f"not have the column's shape {list(col.shape)}: a list of "
+                    f"{int(lengths[i])} where {dim} belong ({bad.size} such lists in rows "
+                    f"[{first_row}, {first_row + len(rows)}))"
+                )
         level = level.flatten()
         per *= dim
     holes = None

@@ -253,7 +253,9 @@ def refuse_stored_nulls(
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())
             if items is not None and tc.listed:
-                held = null_item_rows(col, tc.width if tc.kind == "fixed" else None)
+                # (a shaped column's lists: by their offsets, as other lists')
+                fixed = tc.kind == "fixed" and not tc.shape
+                held = null_item_rows(col, tc.width if fixed else None)
                 if held.size:
                     rows = held[: MAX_NAMED_NULLS - len(items[name].rows)] + int(spans.starts[span])
                     items[name].add(part.path, start, held.size, rows.tolist())

@@ -20,6 +20,7 @@ __all__ = [
     "TableColumn",
     "array_feature",
     "check_names",
+    "check_shapes",
     "classify_column",
     "columns_read",
     "field_of",
@@ -35,6 +36,36 @@ __all__ = [
 #: Arrow's view types of strings and bytes (polars writes them to IPC files), read as
 #: the large type of the same values: ``arr.cast(VIEWS[str(arr.type)]())``, a copy.
 VIEWS = {"string_view": "large_string", "binary_view": "large_binary"}
+
+
+def check_shapes(shapes: object) -> dict[str, tuple[int, ...]]:
+    """``shapes=`` as ``{column: shape}``, refused (:class:`ConfigError`) unless it maps
+    column names to 1 to 5 dimensions of at least 1 (``None``: none)."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise ConfigError(
+            f"shapes must map column names to shapes, e.g. shapes={{'input_features': "
+            f"(80, 3000)}} (got {shapes!r})"
+        )
+    out = {}
+    for name, shape in shapes.items():
+        dims = tuple(shape) if isinstance(shape, (list, tuple)) else None
+        ok = (
+            isinstance(name, str)
+            and dims is not None
+            and 1 <= len(dims) <= 5
+            and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)
+            and all(d >= 1 for d in dims)
+        )
+        if not ok:
+            raise ConfigError(
+                f"shapes[{name!r}] must be a tuple of 1 to 5 dimensions of at least 1, e.g. "
+                f"(80, 3000) (got {shape!r})"
+            )
+        assert dims is not None
+        out[name] = tuple(int(d) for d in dims)
+    return out
 
 
 def check_names(pa: Any, schema: Any, path: str) -> None:
@@ -130,10 +161,27 @@ def array_feature(typ: Any, metadata: Mapping[bytes, bytes] | None) -> tuple[Any
         return None
 
 
-def _array_column(pa: Any, name: str, typ: Any, path: str, feature: tuple[Any, str]) -> TableColumn:
+def _array_column(
+    pa: Any,
+    name: str,
+    typ: Any,
+    path: str,
+    feature: tuple[Any, str],
+    given: tuple[int, ...] | None,
+) -> TableColumn:
     """A ``datasets`` ArrayND column: ``(B, *shape)`` of its numbers, read from its
-    nested lists (each row's lengths checked against the shape when read)."""
+    nested lists (each row's lengths checked against the shape when read). ``given``:
+    the ``shapes=`` entry, which may set a dimension the feature leaves ``None``."""
     shape, _ = feature
+    if given is not None:
+        same = len(given) == len(shape)
+        if not same or any(d is not None and d != g for d, g in zip(shape, given, strict=True)):
+            raise ConfigError(
+                f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
+                f"{list(shape)}; shapes= gives it {list(given)}: only a dimension the "
+                "feature leaves None may be set"
+            )
+        shape = given
     storage = getattr(typ, "storage_type", typ)
     inner = storage
     for _ in shape:
@@ -151,8 +199,10 @@ def _array_column(pa: Any, name: str, typ: Any, path: str, feature: tuple[Any, s
         raise FormatError(
             f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
             f"{list(shape)}, whose first dimension varies by row (None); headrace reads "
-            "fixed shapes only: give the feature a fixed shape (pad or crop each row, e.g. "
-            "in ds.map, and cast_column to it) or leave it out with columns=[...]"
+            "fixed shapes only: where every row has one, give it with shapes={"
+            f"{name!r}: {tuple(d or 1 for d in shape)!r}}} (each row is checked when read); "
+            "else give the feature a fixed shape (pad or crop each row, e.g. in ds.map, and "
+            "cast_column to it) or leave it out with columns=[...]"
         )
     dtype = numeric_dtype(pa, inner)
     width = int(np.prod(shape))
@@ -172,16 +222,67 @@ def numeric_dtype(pa: Any, typ: Any) -> np.dtype[Any]:
     return np.dtype(f"{kind}{typ.bit_width // 8}")
 
 
+def _list_levels(pa: Any, typ: Any) -> tuple[list[Any], Any]:
+    """The levels of lists (of any kind) of ``typ``, outermost first, and their items' type."""
+    t = pa.types
+    levels = []
+    while t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
+        levels.append(typ)
+        typ = typ.value_type
+    return levels, typ
+
+
+def _shaped_column(pa: Any, name: str, typ: Any, path: str, shape: tuple[int, ...]) -> TableColumn:
+    """Column ``name`` of lists of numbers or bools read as ``(B, *shape)`` (``shapes=``):
+    one level of lists a dimension, each row's lengths checked when read."""
+    t = pa.types
+    levels, item = _list_levels(pa, typ)
+    if not levels or not (t.is_integer(item) or t.is_floating(item) or t.is_boolean(item)):
+        raise ConfigError(
+            f"{path}: shapes= names column {name!r} of type {typ}; a shape is given to "
+            "lists of numbers or bools, nested one level a dimension"
+        )
+    if len(levels) != len(shape):
+        raise ConfigError(
+            f"{path}: column {name!r} ({typ}) is {len(levels)} level(s) of lists; shapes= "
+            f"gives it {list(shape)}, {len(shape)} dimension(s)"
+        )
+    for d, level in zip(shape, levels, strict=True):
+        if t.is_fixed_size_list(level) and level.list_size != d:
+            raise ConfigError(
+                f"{path}: column {name!r} ({typ}) holds lists of {level.list_size} items "
+                f"where shapes= gives {list(shape)}"
+            )
+    if len(levels) == 1 and t.is_fixed_size_list(typ):  # (B, k) already
+        return classify_column(pa, name, typ, path)
+    return TableColumn(
+        name=name,
+        arrow_type=str(typ),
+        kind="fixed",
+        dtype=numeric_dtype(pa, item),
+        width=int(np.prod(shape)),
+        shape=shape,
+    )
+
+
 def classify_column(
-    pa: Any, name: str, typ: Any, path: str, metadata: Mapping[bytes, bytes] | None = None
+    pa: Any,
+    name: str,
+    typ: Any,
+    path: str,
+    metadata: Mapping[bytes, bytes] | None = None,
+    shape: tuple[int, ...] | None = None,
 ) -> TableColumn:
     """What column ``name`` (of Arrow type ``typ``, in file ``path``; ``metadata``: its
     field's) reads as. A struct with a binary ``bytes`` field (an Image or Audio
-    feature) reads as those bytes; a ``datasets`` ArrayND feature as ``(B, *shape)``."""
+    feature) reads as those bytes; a ``datasets`` ArrayND feature, and lists of numbers
+    given a ``shape`` (``shapes=``), as ``(B, *shape)``."""
     t = pa.types
     feature = array_feature(typ, metadata)
     if feature is not None:
-        return _array_column(pa, name, typ, path, feature)
+        return _array_column(pa, name, typ, path, feature, shape)
+    if shape is not None:
+        return _shaped_column(pa, name, typ, path, shape)
 
     def numeric(x: Any) -> bool:
         return bool(t.is_integer(x) or t.is_floating(x))
@@ -238,27 +339,53 @@ def classify_column(
     if t.is_struct(typ):
         fields = ", ".join(repr(f"{name}.{f.name}") for f in typ)
         hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
+    levels, item = _list_levels(pa, typ)
+    if len(levels) > 1 and (numeric(item) or t.is_boolean(item)):
+        # A feature extractor's output saved by ds.map (Whisper's input_features, an
+        # image processor's pixel_values): lists of lists, one shape in every row.
+        dims = [
+            str(v.list_size) if t.is_fixed_size_list(v) else f"d{k}" for k, v in enumerate(levels)
+        ]
+        given = f"({', '.join(dims)})"
+        raise FormatError(
+            f"{path}: column {name!r} holds lists of lists ({typ}), whose shape the schema "
+            f"does not give: where every row has one, read it as (B, {', '.join(dims)}) "
+            f"with shapes={{{name!r}: {given}}} (each row is checked when read), or cast it "
+            "to a datasets ArrayND feature; else leave it out with columns=[...]"
+        )
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, bool, timestamps, dates, durations and times of day, "
         "fixed_size_list<number "
-        "or bool>, list<number or bool> (e.g. token ids), string/binary, fixed_size_binary. "
+        "or bool>, list<number or bool> (e.g. token ids), lists of lists of numbers given "
+        "shapes=, string/binary, fixed_size_binary. "
         f"Leave it out with columns=[...].{hint}"
     )
 
 
 def table_columns(
-    pa: Any, schema: Any, names: Sequence[str], path: str, where: str
+    pa: Any,
+    schema: Any,
+    names: Sequence[str],
+    path: str,
+    where: str,
+    shapes: Mapping[str, tuple[int, ...]],
 ) -> tuple[dict[str, TableColumn], Any]:
     """Each of ``names`` (checked by :func:`columns_read`) of the first file's ``schema``
     (its ``path``) classified, and the schema of the columns read (a field under its
-    ``column.field`` name)."""
+    ``column.field`` name). ``shapes``: of columns read as ``(B, *shape)``."""
+    unread = sorted(set(shapes) - set(names))
+    if unread:
+        raise ConfigError(
+            f"{where}: shapes= names column(s) {unread} that are not read; reading {list(names)}"
+        )
     columns = {}
     fields = []
     for c in names:
         top, down, typ = field_of(pa, schema, c, where)
         _refuse_image_lists(pa, c, typ, path, [n for n in schema.names if n != top])
-        col = classify_column(pa, c, typ, path, None if down else schema.field(c).metadata)
+        meta = None if down else schema.field(c).metadata
+        col = classify_column(pa, c, typ, path, meta, shapes.get(c))
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
         if isinstance(typ, pa.BaseExtensionType) and col.shape:

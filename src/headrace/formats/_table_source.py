@@ -95,6 +95,13 @@ class TableSource:
     (``None``: the CPUs this process may use, at most 8; 0: the reading thread).
     A struct's other fields read as columns named ``column.field`` (docs/formats.md).
 
+    ``shapes``: columns of lists of numbers, nested one level a dimension, read as
+    ``(B, *shape)`` where every row has that shape (``{"input_features": (80, 3000)}``
+    for the lists of lists ``ds.map`` saves of a feature extractor's output; a flat
+    list column given ``(768,)`` reads as ``(B, 768)``, with no mask); each row is
+    checked when read, and one of another shape is a
+    :class:`~headrace.errors.FormatError` naming its file, row and column.
+
     ``vocab_size``: the ids of token columns must lie in ``[0, vocab_size)``:
     an int checks every column of integer lists (padded or fixed-size), a mapping
     (``{"input_ids": 32000}``) the columns it names, which may also be plain integer
@@ -129,10 +136,16 @@ class TableSource:
         exif_transpose: bool = False,
         decode_threads: int | None = None,
         vocab_size: int | Mapping[str, int] | None = None,
+        shapes: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
         check_window_rows(window_rows, "65536")
         if isinstance(table, Table):
+            if shapes is not None:
+                raise ConfigError(
+                    f"{table!r}: shapes= is given to Table.open(..., shapes=...) when a "
+                    "Table is passed"
+                )
             self.table = table
         else:
             try:
@@ -143,6 +156,7 @@ class TableSource:
                     in_flight=in_flight,
                     cache_dir=cache_dir,
                     cache_bytes=cache_bytes,
+                    shapes=shapes,
                 )
             except ConfigError as exc:
                 where = os.fspath(table) if isinstance(table, (str, os.PathLike)) else "table"
@@ -386,6 +400,12 @@ class TableSource:
             "pad_values": self.pad_values,
             "pad_side": self.pad_side,
             "truncate": self.truncate,
+            # Only with shapes given, so states saved before they were stay valid.
+            **(
+                {"shapes": {c: list(d) for c, d in given.items()}}
+                if (given := self.table.shapes)
+                else {}
+            ),
             # Only with images decoded, so states saved before they were stay valid.
             **(
                 {"images": self.images, "image_mode": self._decoder.mode}

@@ -71,6 +71,7 @@ from headrace.formats._table_paths import (
 from headrace.formats._table_remote import Fetched, RemoteParquet, resolve_urls
 from headrace.formats._table_schema import (
     TableColumn,
+    check_shapes,
     columns_read,
     image_features,
     reference_part,
@@ -116,15 +117,18 @@ class Table(Closing):
         walked: Mapping[str, WalkedStream] | None = None,
         split: int | None = None,
         stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
+        shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> None:
         """Use :meth:`open`. ``objects``: the stores that listed ``remote``'s objects,
         handed over (this table closes them); a pickled copy opens its own.
         ``walked``: what walking local streams learned (a pickled table's).
         ``split``: :meth:`split_groups` (a pickled table's). ``stamps``: each local
-        file's device, inode, size and mtime where the pickled table opened it."""
+        file's device, inode, size and mtime where the pickled table opened it.
+        ``shapes``: :meth:`open`'s, checked."""
         pa = _pa()
         self._pa = pa
         self._root = root
+        self._shapes = dict(shapes or {})
         # What messages name: the file when there is one, else the dataset's folder.
         self._where = files[0] if len(files) == 1 else root
         self._spec = (
@@ -167,7 +171,9 @@ class Table(Closing):
         pa = self._pa
         names = columns_read(pa, self._parts, columns, self._where)
         first = reference_part(pa, self._parts)
-        self._columns, self.schema = table_columns(pa, first.schema, names, first.path, self._where)
+        self._columns, self.schema = table_columns(
+            pa, first.schema, names, first.path, self._where, self._shapes
+        )
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
         features = image_features(first.schema)
         self.image_columns = [c for c in features if c in self._columns]
@@ -230,10 +236,17 @@ class Table(Closing):
         in_flight: int = DEFAULT_IN_FLIGHT,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        shapes: Mapping[str, Sequence[int]] | None = None,
     ) -> Table:
         """Open a file, a directory (``save_to_disk``, HF cache, Parquet), a glob or a list.
 
         Reads metadata only. ``columns`` picks columns (all when ``None``).
+        ``shapes`` reads columns of lists of numbers, nested one level a dimension, as
+        ``(B, *shape)`` (``{"input_features": (80, 3000)}``: a list of 80 lists of
+        3,000 floats in every row, as ``ds.map`` saves a feature extractor's output);
+        each row's lengths are checked when read, and a row of another shape is a
+        :class:`~headrace.errors.FormatError` naming its file, row and column. It
+        also sets a ``datasets`` ArrayND feature's ``None`` dimension.
         ``row_group_cache`` bounds how many decoded Parquet row groups are
         kept (Arrow batches are views of the memory map and cost nothing).
 
@@ -253,6 +266,7 @@ class Table(Closing):
                 "(it would name one column per letter)"
             )
         refuse_a_set("columns", columns, "columns")
+        shaped = check_shapes(shapes)
         paths = _path_list(path)
         columns = dataset_columns(path, columns)
         remote = any(is_object_url(os.fspath(p)) for p in paths)
@@ -261,7 +275,7 @@ class Table(Closing):
             raise local_cache_refused("this table", paths)
         if not remote:  # (a list as listed: a Dataset's files are not counted twice)
             root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
-            return cls(root, files, columns, row_group_cache)
+            return cls(root, files, columns, row_group_cache, shapes=shaped)
         check_in_flight(in_flight)
         _pa()  # before any request: no pyarrow, no table
         # The stores that list the objects go on to read them (the table closes them).
@@ -274,11 +288,17 @@ class Table(Closing):
             stores.close()
             raise
         spec = _Remote(objects, options, in_flight, cache, saved)
-        return cls(root, [u for u, _ in objects], columns, row_group_cache, spec, stores)
+        files = [u for u, _ in objects]
+        return cls(root, files, columns, row_group_cache, spec, stores, shapes=shaped)
 
     @property
     def columns(self) -> dict[str, TableColumn]:
         return dict(self._columns)
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shapes given to :meth:`open` (``shapes=``), by column."""
+        return dict(self._shapes)
 
     @property
     def group_rows(self) -> NDArray[np.int64]:
@@ -606,7 +626,8 @@ class Table(Closing):
         walked = {p.path: p.walked for p in self._parts if isinstance(p, _Part) and p.walked}
         # And reads the files this one read: another under a path is refused.
         stamps = {p.path: p.stamp for p in self._parts if isinstance(p, _Part)}
-        return (Table, (*self._spec, None, walked or None, self._split_rows, stamps or None))
+        split, shapes = self._split_rows, self._shapes or None
+        return (Table, (*self._spec, None, walked or None, split, stamps or None, shapes))
 
     def __repr__(self) -> str:
         return (
