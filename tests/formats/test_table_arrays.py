@@ -6,6 +6,7 @@ metadata. Until 2026-12-03 such a column was refused ("cannot turn into arrays")
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,47 @@ def test_a_row_with_a_null_number_fails_alone_not_its_row_group(tmp_path: Path) 
         r"rows \[10, 20\) of the table: rows 13; the row group's other rows read as usual",
     ):
         tb.read_rows([12, 13])
+
+
+def test_an_array_feature_not_stored_as_its_levels_of_numbers_is_refused(tmp_path: Path) -> None:
+    # Metadata naming an Array2D on one level of lists, or on lists of lists of strings:
+    # a damaged or hand-made schema, refused by name rather than read as other numbers.
+    # In a process without datasets imported: where it is, pyarrow drops an extension
+    # name whose storage does not fit it, and the column reads as its plain type.
+    code = """if True:
+        import sys
+        import pyarrow as pa, pyarrow.parquet as pq
+        from headrace.errors import FormatError
+        from headrace.formats import Table
+        meta = {
+            b"ARROW:extension:metadata": b'[[2, 3], "float32"]',
+            b"ARROW:extension:name": b"datasets.features.features.Array2DExtensionType",
+        }
+        for typ, rows in [
+            (pa.list_(pa.float32()), [[1.0] * 6] * 4),
+            (pa.list_(pa.list_(pa.string())), [[["a"] * 3] * 2] * 4),
+        ]:
+            path = sys.argv[1]
+            schema = pa.schema([pa.field("x", typ, metadata=meta)])
+            pq.write_table(pa.table({"x": pa.array(rows, typ)}, schema=schema), path)
+            try:
+                Table.open(path)
+            except FormatError as exc:
+                print(exc)
+        assert "datasets" not in sys.modules
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "odd.parquet")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout.splitlines()
+    assert len(got) == 2, got
+    for line in got:
+        assert re.search(
+            r"odd\.parquet: column 'x' is a datasets Array2D feature of shape \(2, 3\) "
+            r"stored as list<.*>, not 2 levels of lists of numbers",
+            line,
+        ), line

@@ -183,13 +183,13 @@ def _array_column(
             )
         shape = given
     storage = getattr(typ, "storage_type", typ)
-    inner = storage
-    for _ in shape:
-        if not (pa.types.is_list(inner) or pa.types.is_large_list(inner)):
-            inner = None
-            break
-        inner = inner.value_type
-    if inner is None or not (pa.types.is_integer(inner) or pa.types.is_floating(inner)):
+    t = pa.types
+    levels, inner = _list_levels(pa, storage)
+    if (
+        len(levels) != len(shape)
+        or any(t.is_fixed_size_list(level) for level in levels)
+        or not (t.is_integer(inner) or t.is_floating(inner))
+    ):
         raise FormatError(
             f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
             f"{shape} stored as {storage}, not {len(shape)} levels of lists of numbers; "
