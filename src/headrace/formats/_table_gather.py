@@ -15,7 +15,7 @@ from headrace.formats._arrow_numpy import numbers, valid_rows, zero_filled
 from headrace.formats._map_fill import FillPolicy
 from headrace.formats._ragged import Ragged
 from headrace.formats._table_fill import fill_maps, mapped
-from headrace.formats._table_nulls import item_check, null_check, null_item_rows
+from headrace.formats._table_nulls import Misshapen, item_check, null_check, null_item_rows
 from headrace.formats._table_schema import VIEWS, TableColumn
 from headrace.formats._table_spans import Groups, Spans, Views
 
@@ -25,15 +25,13 @@ __all__ = ["column_view", "gather"]
 _LONG_ROW = 32
 
 
-def column_view(
-    pa: Any, col: TableColumn, path: str, where: str, first_row: int, arr: Any
-) -> tuple[Any, ...]:
+def column_view(pa: Any, col: TableColumn, path: str, where: str, arr: Any) -> tuple[Any, ...]:
     """NumPy views of column ``col`` of one span (``where``: its row group or record
-    batch and rows, for messages; its first row in the table is ``first_row``) of the
-    file ``path``: ``(values, valid, holes)`` for numbers and fixed-size
-    lists, ``(values, offsets, valid, holes)`` for lists and strings; ``valid`` is
-    ``None`` without null rows, ``holes`` (which rows hold null list items, their
-    places zeros in ``values``) without such rows."""
+    batch and rows, for messages) of the file ``path``: ``(values, valid, holes)`` for
+    numbers and fixed-size lists, ``(values, offsets, valid, holes)`` for lists and
+    strings; ``valid`` is ``None`` without null rows, ``holes`` (which rows hold null
+    list items, their places zeros in ``values``; a column of a fixed shape's:
+    :class:`~headrace.formats._table_nulls.Misshapen`) without such rows."""
     name = col.name
     try:
         if isinstance(arr, pa.ChunkedArray):
@@ -46,7 +44,7 @@ def column_view(
         # buffer sizes, with no pass over the data. A list's offsets are left to the
         # checks where rows are cut (gather), which name the row.
         if col.shape:
-            return _array_view(pa, col, path, first_row, arr)
+            return _array_view(pa, col, arr)
         if col.kind == "ragged":
             arr.values.validate()
         else:
@@ -114,58 +112,72 @@ def _holes(rows: NDArray[np.int64], n: int) -> NDArray[np.bool_] | None:
     return out
 
 
-def _array_view(
-    pa: Any, col: TableColumn, path: str, first_row: int, arr: Any
-) -> tuple[NDArray[Any], Any, Any]:
+def _array_view(pa: Any, col: TableColumn, arr: Any) -> tuple[NDArray[Any], Any, Any]:
     """``(values (rows, width), valid, holes)`` of a span of a column of ``col.shape`` (a
-    ``datasets`` ArrayND feature, or ``shapes=``'s): its
-    nested lists, each row's lengths checked against ``col.shape`` at every level (a
-    row of another shape would shift every row after it); a view of the file's values
-    unless the span has null rows (refused when read: zeros hold their place)."""
+    ``datasets`` ArrayND feature, or ``shapes=``'s): its nested lists, each row's
+    lengths checked against ``col.shape`` at every level. A view of the file's values
+    when every row has the shape and none is null; else a copy with zeros in the places
+    of null rows (refused when read, :func:`null_check`) and of rows of another shape
+    or holding null numbers (``holes``, a :class:`Misshapen`: refused when read, naming
+    them, :func:`item_check`); the span's other rows read as usual."""
     if isinstance(arr.type, pa.BaseExtensionType):
         arr = arr.storage
     arr.validate()
-    valid = None
-    rows = np.arange(len(arr))
-    if arr.null_count:
-        valid = valid_rows(arr)
-        rows = np.flatnonzero(valid)
-        arr = arr.filter(arr.is_valid())
-    level, per = arr, 1  # per: items of this level a row holds
+    n = len(arr)
+    valid = valid_rows(arr) if arr.null_count else None
+    # Where each row's entries lie in the current level (the rows themselves at first),
+    # counted from the level's first; a row of another shape is marked where found.
+    starts = np.arange(n, dtype=np.int64)
+    ends = starts + 1
+    found = np.zeros(n, dtype=np.int64)  # a misshapen row's list length ...
+    expected = np.zeros(n, dtype=np.int64)  # ... and the length its level's dimension wants
+    bad = np.zeros(n, dtype=bool) if valid is None else ~valid  # (null rows: not shaped)
+    level = arr
     for dim in col.shape:
-        if level.null_count:
-            at = int(np.flatnonzero(~valid_rows(level))[0])
-            raise FormatError(
-                f"{path}: column {col.name!r}: row {first_row + int(rows[at // per])} has null "
-                f"list items; expected shape {list(col.shape)}"
-            )
-        if not pa.types.is_fixed_size_list(level.type):  # (a fixed size's: checked at open)
-            offsets = numbers(level.offsets, zero_copy_only=True)
-            lengths = np.diff(offsets)
-            bad = np.flatnonzero(lengths != dim)
-            if bad.size:
-                i = int(bad[0])
-                raise FormatError(
-                    f"{path}: column {col.name!r}: row {first_row + int(rows[i // per])} does "
-                    f"not have the column's shape {list(col.shape)}: a list of "
-                    f"{int(lengths[i])} where {dim} belong ({bad.size} such lists in rows "
-                    f"[{first_row}, {first_row + len(rows)}))"
-                )
-        level = level.flatten()
-        per *= dim
-    holes = None
+        if pa.types.is_fixed_size_list(level.type):  # (its size checked at open)
+            offsets = np.arange(len(level) + 1, dtype=np.int64) * dim
+            child = level.values.slice(level.offset * dim, len(level) * dim)
+        else:
+            raw = numbers(level.offsets, zero_copy_only=True).astype(np.int64)
+            offsets = raw - raw[0]
+            child = level.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
+        lengths = np.diff(offsets)
+        if lengths.size and int(lengths.min()) < 0:
+            raise ValueError("a list of negative length")  # damaged offsets
+        if level is not arr and level.null_count:  # a null list inside a row: length -1
+            lengths = np.where(valid_rows(level), lengths, -1)
+        wrong = lengths != dim
+        if wrong.any():
+            entries = np.flatnonzero(wrong)
+            rows = np.searchsorted(starts, entries, side="right") - 1
+            rows, first = np.unique(rows, return_index=True)
+            new = rows[~bad[rows]]
+            at = entries[first][~bad[rows]]
+            found[new], expected[new] = lengths[at], dim
+            bad[new] = True
+        starts, ends = offsets[starts], offsets[ends]
+        level = child
+    nulls = None
     if level.null_count:
-        # Null numbers (each list of the right length): zeros hold their places, and only
-        # the rows holding them are refused when read (item_check), not the whole span.
-        nulls = np.flatnonzero(~valid_rows(level))
-        holes = np.zeros(len(rows) if valid is None else valid.size, dtype=bool)
-        holes[rows[np.unique(nulls // per)]] = True
-    values = zero_filled(level).reshape(len(rows), col.width)
-    if valid is None:
-        return values, None, holes
-    dense = np.zeros((valid.size, col.width), dtype=values.dtype)
-    dense[rows] = values
-    return dense, valid, holes
+        # Null numbers (in lists of the right length): zeros hold their places, and only
+        # the rows holding them are refused when read, not the whole span.
+        entries = np.flatnonzero(~valid_rows(level))
+        nulls = np.zeros(n, dtype=bool)
+        nulls[np.searchsorted(starts, entries, side="right") - 1] = True
+        nulls &= ~bad
+    flat = zero_filled(level)
+    if not bad.any():
+        values = flat.reshape(n, col.width)
+    else:  # a copy: each row from where it starts, zeros for the others
+        good = np.flatnonzero(~bad)
+        if good.size and int(starts[good].max()) + col.width > flat.size:
+            raise ValueError("list offsets past the values")  # damaged offsets
+        values = np.zeros((n, col.width), dtype=flat.dtype)
+        values[good] = flat[starts[good, None] + np.arange(col.width)]
+    misshapen = bad if valid is None else bad & valid
+    if not misshapen.any() and nulls is None:
+        return values, valid, None
+    return values, valid, Misshapen(col.shape, misshapen, found, expected, nulls)
 
 
 def gather(

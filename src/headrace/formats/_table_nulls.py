@@ -29,6 +29,7 @@ from headrace.formats._table_spans import Spans
 
 __all__ = [
     "MAX_NAMED_NULLS",
+    "Misshapen",
     "NullRows",
     "item_check",
     "null_check",
@@ -124,15 +125,57 @@ def null_check(
         _refuse_rows(parts, spans, name, span, ~valid, loc, items=False)
 
 
+@dataclass(frozen=True)
+class Misshapen:
+    """The rows of a span of a column of a fixed ``shape`` (a ``datasets`` ArrayND
+    feature, or ``shapes=``'s) that cannot be read as it: ``bad`` rows have a list of
+    another length (``found``: that length, -1 for a null list; ``expected``: its
+    level's dimension), ``nulls`` rows (``None``: none) hold null numbers."""
+
+    shape: tuple[int, ...]
+    bad: NDArray[np.bool_]
+    found: NDArray[np.int64]
+    expected: NDArray[np.int64]
+    nulls: NDArray[np.bool_] | None
+
+
 def item_check(
     parts: Sequence[Any], spans: Spans, name: str, span: int, holes: Any, loc: NDArray[np.int64]
 ) -> None:
     """Raise if a row ``loc`` of span ``span`` holds null list items in column ``name``
-    (``holes``: which of the span's rows do, ``None`` when none), naming the span's such
-    rows, as :func:`null_check` does null rows. Its other rows read as they would without
-    them: one bad row used to refuse every row of its row group."""
+    (``holes``: which of the span's rows do, ``None`` when none; a :class:`Misshapen`
+    for a column of a fixed shape), naming the span's such rows, as :func:`null_check`
+    does null rows. Its other rows read as they would without them: one bad row used to
+    refuse every row of its row group."""
+    if isinstance(holes, Misshapen):
+        _refuse_misshapen(parts, spans, name, span, holes, loc)
+        holes = holes.nulls
     if holes is not None:
         _refuse_rows(parts, spans, name, span, holes, loc, items=True)
+
+
+def _refuse_misshapen(
+    parts: Sequence[Any], spans: Spans, name: str, span: int, m: Misshapen, loc: NDArray[np.int64]
+) -> None:
+    """Raise if a row ``loc`` of span ``span`` does not have column ``name``'s shape,
+    naming the row read first, then the span's other such rows."""
+    hit = loc[m.bad[loc]]
+    if not hit.size:
+        return
+    r, first = int(hit[0]), int(spans.starts[span])
+    part = parts[int(spans.part[span])]
+    what = "row group" if getattr(part, "parquet", False) else "record batch"
+    has = "a null list" if m.found[r] < 0 else f"a list of {int(m.found[r])}"
+    rows = np.flatnonzero(m.bad)
+    named = ", ".join(str(first + int(i)) for i in rows[:MAX_NAMED_NULLS])
+    more = ", ..." if rows.size > MAX_NAMED_NULLS else ""
+    raise FormatError(
+        f"{part.path}: column {name!r}: row {first + r} does not have the column's shape "
+        f"{list(m.shape)}: {has} where {int(m.expected[r])} belong ({rows.size:,} such "
+        f"row(s) in {what} {int(spans.local[span])}, rows [{first}, "
+        f"{first + spans.rows(span)}) of the table: rows {named}{more}; the {what}'s other "
+        "rows read as usual)"
+    )
 
 
 def _refuse_rows(

@@ -488,7 +488,7 @@ class Table(Closing):
                     populate_buffers(part, struct_buffers(self._pa, top, tc.field))
                 refuse_path_only(self._pa, tc, top, part.path, first)
                 col = struct_child(self._pa, top, tc.field)
-                views[c] = column_view(self._pa, tc, part.path, where, first, col)
+                views[c] = column_view(self._pa, tc, part.path, where, col)
         if cached is None and not mapped(part):
             self._held_rows += rows
         self._cache[span] = views
