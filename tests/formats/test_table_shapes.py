@@ -252,3 +252,28 @@ def test_a_check_names_each_misshapen_row_and_no_other(tmp_path: Path) -> None:
     assert report.complete and len(report.problems) == 2, report
     named = sorted(int(p.message.split(": row ")[1].split()[0]) for p in report.problems)
     assert named == [13, 150]
+
+
+def test_damaged_list_offsets_of_a_shaped_column_are_corrupt_data(tmp_path: Path) -> None:
+    # Offsets written by hand into an Arrow file (its writer does not check their order):
+    # a list of negative length is the file's damage, named as such, never an IndexError
+    # or numbers from elsewhere in the column. (Offsets past the values' end are refused
+    # by pyarrow's validation of the record batch, as for every list column.)
+    values = pa.array(np.arange(24, dtype=np.float32))
+    offsets = np.arange(0, 25, 3, dtype=np.int32)  # 8 lists of 3
+    offsets[3] = 20
+    inner = pa.ListArray.from_buffers(
+        pa.list_(pa.float32()), 8, [None, pa.py_buffer(offsets.tobytes())], children=[values]
+    )
+    rows = np.arange(0, 9, 2, dtype=np.int32)  # 4 rows of 2 lists
+    outer = pa.ListArray.from_buffers(
+        pa.list_(inner.type), 4, [None, pa.py_buffer(rows.tobytes())], children=[inner]
+    )
+    t = pa.table({"x": outer})
+    with pa.ipc.new_file(tmp_path / "dmg.arrow", t.schema) as w:
+        w.write_table(t)
+    tb = Table.open(tmp_path / "dmg.arrow", shapes={"x": (2, 3)})
+    with pytest.raises(
+        FormatError, match=r"dmg\.arrow: column 'x': corrupt data in record batch 0"
+    ):
+        tb.read_rows([0])

@@ -170,8 +170,6 @@ def _array_view(pa: Any, col: TableColumn, arr: Any) -> tuple[NDArray[Any], Any,
         values = flat.reshape(n, col.width)
     else:  # a copy: each row from where it starts, zeros for the others
         good = np.flatnonzero(~bad)
-        if good.size and int(starts[good].max()) + col.width > flat.size:
-            raise ValueError("list offsets past the values")  # damaged offsets
         values = np.zeros((n, col.width), dtype=flat.dtype)
         values[good] = flat[starts[good, None] + np.arange(col.width)]
     misshapen = bad if valid is None else bad & valid
