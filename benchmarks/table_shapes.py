@@ -34,6 +34,9 @@ builds both levels' offsets and copies each of the batch's 2,560 inner lists apa
 (23 ms for 3 MB), where headrace checks a record batch's lengths once and copies a
 row's 96 KB in one piece. (A first version hashed each batch inside the timed loop:
 SHA-256 of 3 MB took ~4 ms, hiding the difference; the digest is untimed now.)
+Again after rows were checked one by one (a misshapen row refused alone, its lists
+found by offsets; 2026-12-05, 00:35): headrace 1.15 and 0.49 ms, datasets 18.6 and
+18.0, pyarrow 24.3 and 24.1; the same digest.
 """
 
 from __future__ import annotations
