@@ -347,6 +347,38 @@ def test_a_table_is_checked_and_an_id_past_the_vocabulary_is_listed(
     assert main([*short, "--truncate"]) == 0
 
 
+def test_a_table_of_lists_of_lists_is_checked_with_a_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A feature extractor's output (lists of lists): --shape reads it as (B, 2, 3), and
+    # each row of another shape is listed, not the row groups holding them.
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rows = [np.full((2, 3), i, np.float32).tolist() for i in range(100)]
+    rows[7] = rows[7][:1]
+    rows[70][1] = [1.0]
+    table = pa.table({"f": pa.array(rows, pa.list_(pa.list_(pa.float32())))})
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path, row_group_size=40)
+    out = tmp_path / "r.json"
+    args = ["check", str(path), "--format", "table", "--batch-size", "8"]
+    assert main([*args, "--shape", "f=2x3", "--json", str(out)]) == 1
+    problems = json.loads(out.read_text())["problems"]
+    named = sorted(p["message"].split(": row ")[1].split()[0] for p in problems)
+    assert named == ["7", "70"], problems
+    capsys.readouterr()
+    # Without it, the message names the flag; a malformed one is refused by name.
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds lists of lists" in err and "on the command line: give it with --shape" in err
+    for bad in ("f", "f=2xthree", "=2x3"):
+        assert main([*args, "--shape", bad]) == 2
+        assert f"--shape {bad!r}: give it as NAME=D1xD2" in capsys.readouterr().err
+    assert main(["check", str(tmp_path), "--format", "npz", "--shape", "f=2x3"]) == 2
+    assert "--shape is for --format table" in capsys.readouterr().err
+
+
 def test_an_npy_volume_of_another_shape_is_noted_with_exit_0_and_in_the_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -68,6 +68,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="pad (or, past it, refuse) every list column to this many items (table)",
     )
     p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1xD2",
+        help="read a column of lists of lists as this shape, e.g. input_features=80x3000 "
+        "(table; each row checked); repeat for more",
+    )
+    p.add_argument(
         "--truncate",
         action="store_true",
         help="cut lists longer than --width, as a run with truncate=True does (table)",
@@ -125,6 +133,7 @@ def _source(args: argparse.Namespace) -> Any:
             ("--columns", args.columns),
             ("--width", args.width),
             ("--truncate", args.truncate or None),
+            ("--shape", args.shape or None),
         )
         if value is not None
     ]
@@ -194,7 +203,25 @@ def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         truncate=args.truncate,
         vocab_size=args.vocab_size,
         store_options=options,
+        shapes=_shapes(args.shape) or None,
     )
+
+
+def _shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
+    """``--shape NAME=D1xD2`` flags as ``shapes=``."""
+    out = {}
+    for item in given:
+        name, eq, dims = item.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not eq or not name.strip() or not shape:
+            raise ConfigError(
+                f"--shape {item!r}: give it as NAME=D1xD2..., e.g. --shape input_features=80x3000"
+            )
+        out[name.strip()] = shape
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -280,6 +307,7 @@ _FLAGS = (
     ("shorter than one sample of context", "give a smaller --context (the default is 1024)"),
     ("give it a fixed width", "give it with --width N (or leave the column out: --columns)"),
     ("pass truncate=True", "--truncate cuts them, as a run with truncate=True does"),
+    ("with shapes={", "give it with --shape NAME=D1xD2 (e.g. --shape input_features=80x3000)"),
 )
 
 
