@@ -125,10 +125,9 @@ def _array_view(pa: Any, col: TableColumn, arr: Any) -> tuple[NDArray[Any], Any,
     arr.validate()
     n = len(arr)
     valid = valid_rows(arr) if arr.null_count else None
-    # Where each row's entries lie in the current level (the rows themselves at first),
+    # Where each row's entries start in the current level (the rows themselves at first),
     # counted from the level's first; a row of another shape is marked where found.
     starts = np.arange(n, dtype=np.int64)
-    ends = starts + 1
     found = np.zeros(n, dtype=np.int64)  # a misshapen row's list length ...
     expected = np.zeros(n, dtype=np.int64)  # ... and the length its level's dimension wants
     bad = np.zeros(n, dtype=bool) if valid is None else ~valid  # (null rows: not shaped)
@@ -155,7 +154,7 @@ def _array_view(pa: Any, col: TableColumn, arr: Any) -> tuple[NDArray[Any], Any,
             at = entries[first][~bad[rows]]
             found[new], expected[new] = lengths[at], dim
             bad[new] = True
-        starts, ends = offsets[starts], offsets[ends]
+        starts = offsets[starts]
         level = child
     nulls = None
     if level.null_count:
