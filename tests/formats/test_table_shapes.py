@@ -77,20 +77,27 @@ def test_nested_lists_read_as_the_shapes_given_from_arrow_and_parquet(tmp_path: 
 def test_without_a_shape_a_list_of_lists_says_how_to_give_one(tmp_path: Path) -> None:
     _, saved, parquet = _saved(tmp_path)
     for where in (saved, parquet):
+        # Local files: the first row's shape suggested, read from it.
         with pytest.raises(
             FormatError,
             match=r"column 'pixel_values' holds lists of lists \(list<.*\), whose shape the "
-            r"schema does not give: where every row has one, read it as \(B, d0, d1, d2\) "
-            r"with shapes=\{'pixel_values': \(d0, d1, d2\)\}",
+            r"schema does not give: where every row has one, read it as \(B, 3, 2, 2\) "
+            r"with shapes=\{'pixel_values': \(3, 2, 2\)\} \(the first row's shape\)",
         ):
             Table.open(where, columns=["pixel_values"])
-    # A fixed-size inner level is named as it is.
     rows = [[[1, 2, 3]] * 2] * 4
     pq.write_table(
         pa.table({"pts": pa.array(rows, pa.list_(pa.list_(pa.int16(), 3)))}), tmp_path / "p.parquet"
     )
-    with pytest.raises(FormatError, match=r"with shapes=\{'pts': \(d0, 3\)\}"):
+    with pytest.raises(FormatError, match=r"with shapes=\{'pts': \(2, 3\)\} \(the first row's"):
         Table.open(tmp_path / "p.parquet")
+    # Rows of no shape to suggest (a first row holding an empty list): the levels named.
+    empty = [[[]] * 2] * 4
+    pq.write_table(
+        pa.table({"e": pa.array(empty, pa.list_(pa.list_(pa.int16())))}), tmp_path / "e.parquet"
+    )
+    with pytest.raises(FormatError, match=r"with shapes=\{'e': \(d0, d1\)\} \(each row"):
+        Table.open(tmp_path / "e.parquet")
     tb = Table.open(tmp_path / "p.parquet", shapes={"pts": (2, 3)})
     np.testing.assert_array_equal(tb.read_rows([3, 0])["pts"], np.array(rows[:2], np.int16))
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ __all__ = [
     "classify_column",
     "columns_read",
     "field_of",
+    "first_shape",
     "image_features",
     "numeric_dtype",
     "reference_part",
@@ -272,11 +274,13 @@ def classify_column(
     path: str,
     metadata: Mapping[bytes, bytes] | None = None,
     shape: tuple[int, ...] | None = None,
+    example: Callable[[], tuple[int, ...] | None] | None = None,
 ) -> TableColumn:
     """What column ``name`` (of Arrow type ``typ``, in file ``path``; ``metadata``: its
     field's) reads as. A struct with a binary ``bytes`` field (an Image or Audio
     feature) reads as those bytes; a ``datasets`` ArrayND feature, and lists of numbers
-    given a ``shape`` (``shapes=``), as ``(B, *shape)``."""
+    given a ``shape`` (``shapes=``), as ``(B, *shape)``. ``example``: the shape of the
+    table's first row of the column, asked for only to suggest a ``shapes=`` entry."""
     t = pa.types
     feature = array_feature(typ, metadata)
     if feature is not None:
@@ -346,12 +350,16 @@ def classify_column(
         dims = [
             str(v.list_size) if t.is_fixed_size_list(v) else f"d{k}" for k, v in enumerate(levels)
         ]
+        seen = example() if example is not None else None
+        first = ""
+        if seen is not None and len(seen) == len(dims) and all(seen):
+            dims, first = [str(d) for d in seen], " (the first row's shape)"
         given = f"({', '.join(dims)})"
         raise FormatError(
             f"{path}: column {name!r} holds lists of lists ({typ}), whose shape the schema "
             f"does not give: where every row has one, read it as (B, {', '.join(dims)}) "
-            f"with shapes={{{name!r}: {given}}} (each row is checked when read), or cast it "
-            "to a datasets ArrayND feature; else leave it out with columns=[...]"
+            f"with shapes={{{name!r}: {given}}}{first} (each row is checked when read), or "
+            "cast it to a datasets ArrayND feature; else leave it out with columns=[...]"
         )
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
@@ -370,10 +378,12 @@ def table_columns(
     path: str,
     where: str,
     shapes: Mapping[str, tuple[int, ...]],
+    example: Callable[[str], tuple[int, ...] | None] | None = None,
 ) -> tuple[dict[str, TableColumn], Any]:
     """Each of ``names`` (checked by :func:`columns_read`) of the first file's ``schema``
     (its ``path``) classified, and the schema of the columns read (a field under its
-    ``column.field`` name). ``shapes``: of columns read as ``(B, *shape)``."""
+    ``column.field`` name). ``shapes``: of columns read as ``(B, *shape)``; ``example``:
+    a column's first row's shape, to suggest one (:func:`classify_column`)."""
     unread = sorted(set(shapes) - set(names))
     if unread:
         raise ConfigError(
@@ -385,7 +395,8 @@ def table_columns(
         top, down, typ = field_of(pa, schema, c, where)
         _refuse_image_lists(pa, c, typ, path, [n for n in schema.names if n != top])
         meta = None if down else schema.field(c).metadata
-        col = classify_column(pa, c, typ, path, meta, shapes.get(c))
+        seen = None if example is None else partial(example, c)
+        col = classify_column(pa, c, typ, path, meta, shapes.get(c), seen)
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
         if isinstance(typ, pa.BaseExtensionType) and col.shape:
@@ -397,6 +408,19 @@ def table_columns(
             }
             fields[-1] = pa.field(c, typ.storage_type, metadata=meta)
     return columns, pa.schema(fields)
+
+
+def first_shape(pa: Any, arr: Any) -> tuple[int, ...]:
+    """The shape of the first row of ``arr`` (nested lists), following each level's first
+    list: ``(80, 3000)`` for a row of 80 lists of 3,000 numbers."""
+    dims = []
+    level = arr.slice(0, 1)
+    t = pa.types
+    while t.is_list(level.type) or t.is_large_list(level.type) or t.is_fixed_size_list(level.type):
+        level = level.flatten()
+        dims.append(len(level))
+        level = level.slice(0, 1)
+    return tuple(dims)
 
 
 def _refuse_image_lists(pa: Any, name: str, typ: Any, path: str, others: list[str]) -> None:

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,7 +42,7 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace._messages import refuse_a_set
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, FormatError, HeadraceError
 from headrace.formats._arrow_local import WalkedStream
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._file_list import is_object_url
@@ -73,6 +74,8 @@ from headrace.formats._table_schema import (
     TableColumn,
     check_shapes,
     columns_read,
+    field_of,
+    first_shape,
     image_features,
     reference_part,
     struct_child,
@@ -172,8 +175,9 @@ class Table(Closing):
         names = columns_read(pa, self._parts, columns, self._where)
         first = reference_part(pa, self._parts)
         self._columns, self.schema = table_columns(
-            pa, first.schema, names, first.path, self._where, self._shapes
-        )
+            pa, first.schema, names, first.path, self._where, self._shapes,
+            partial(self._first_shape, first),
+        )  # fmt: skip
         #: the columns read that ``datasets`` stored as an ``Image()`` feature
         features = image_features(first.schema)
         self.image_columns = [c for c in features if c in self._columns]
@@ -224,6 +228,20 @@ class Table(Closing):
         self.saved_fingerprint = (
             saved_fingerprint(self._root) if remote is None else remote.saved_fingerprint
         )
+
+    def _first_shape(self, part: Any, name: str) -> tuple[int, ...] | None:
+        """The shape of column ``name``'s first row in ``part``, a local file (``None``:
+        an object, no rows, or not read): what a refusal suggests giving ``shapes=``."""
+        pa = self._pa
+        group = next((i for i, n in enumerate(part.rows) if n), None)
+        if not isinstance(part, _Part) or group is None:
+            return None
+        try:
+            top, down, _ = field_of(pa, part.schema, name, self._where)
+            data = part.piece(group, 0, 1, [top])[0] if part.parquet else part.batches[group]
+            return first_shape(pa, struct_child(pa, data.column(top), down))
+        except (HeadraceError, OSError, ValueError, IndexError, pa.ArrowException):
+            return None  # only a hint: the refusal says the rest
 
     @classmethod
     def open(
