@@ -58,6 +58,14 @@ def test_array_features_read_as_their_shape_from_arrow_and_parquet(tmp_path: Pat
                 assert np.array_equal(b["pixels"], a3[b["label"]])
 
 
+def _without_datasets(code: str, path: Path) -> str:
+    """What ``code`` prints, run with ``path`` as its argument in a new process (which
+    imports no ``datasets``, unless the code does)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = [sys.executable, "-c", code, str(path)]
+    return subprocess.run(run, capture_output=True, text=True, check=True, env=env).stdout
+
+
 def test_the_fingerprint_does_not_depend_on_datasets_being_imported(tmp_path: Path) -> None:
     # With datasets imported the column's type is its extension type; without, its
     # storage and metadata: the same data must give one fingerprint either way.
@@ -69,15 +77,7 @@ def test_the_fingerprint_does_not_depend_on_datasets_being_imported(tmp_path: Pa
         "s = TableSource(sys.argv[1], columns=['pixels', 'label']); "
         "assert 'datasets' not in sys.modules; print(s.fingerprint()['schema'])"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "ds")],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    )
-    assert out.stdout.strip() == here
+    assert _without_datasets(code, tmp_path / "ds").strip() == here
 
 
 def _stored(shapes: list[tuple[int, ...]], feature: str) -> pa.Table:
@@ -164,14 +164,7 @@ def test_an_array_feature_not_stored_as_its_levels_of_numbers_is_refused(tmp_pat
                 print(exc)
         assert "datasets" not in sys.modules
     """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    got = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "odd.parquet")],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout.splitlines()
+    got = _without_datasets(code, tmp_path / "odd.parquet").splitlines()
     assert len(got) == 2, got
     for line in got:
         assert re.search(
