@@ -183,14 +183,49 @@ def test_ragged_validation() -> None:
         Ragged(values=np.arange(4), offsets=np.array([0, 5]))
     with pytest.raises(ConfigError, match=r"int64"):
         Ragged(values=np.arange(4), offsets=np.array([0, 4], np.int32))
-    with pytest.raises(ConfigError, match=r"1-D"):
-        Ragged(values=np.zeros((2, 2)), offsets=np.array([0]))
+    with pytest.raises(ConfigError, match=r"at least one dimension"):
+        Ragged(values=np.float32(1), offsets=np.array([0]))
+    with pytest.raises(ConfigError, match=r"values has 2 items"):  # items: along axis 0
+        Ragged(values=np.zeros((2, 4)), offsets=np.array([0, 3]))
     with pytest.raises(ConfigError, match=r"at least one"):
         Ragged(values=np.arange(4), offsets=np.zeros(0, np.int64))
     r = Ragged(values=np.arange(4), offsets=np.array([0, 1, 4]))
     assert len(r) == 2 and r.lengths.tolist() == [1, 3] and r.row(-1).tolist() == [1, 2, 3]
     with pytest.raises(IndexError):
         r.row(2)
+
+
+def test_rows_of_items_of_a_shape_pad_as_whole_items() -> None:
+    # Rows of boxes: values (items, 4), offsets counting items. Each row's boxes land
+    # whole in (B, width, 4), the mask (B, width) says which are real.
+    rng = np.random.default_rng(5)
+    rows = [rng.random((n, 4)).astype(np.float32) for n in (3, 0, 5, 1)]
+    offsets = np.cumsum([0, *(len(r) for r in rows)]).astype(np.int64)
+    ragged = Ragged(values=np.concatenate(rows), offsets=offsets)
+    for side in ("right", "left"):
+        for out, mask in (
+            ragged.pad(6, side=side, pad_value=-1.0),
+            pad_batch(ragged, side=side, width=6, pad_value=-1.0),
+        ):
+            assert out.shape == (4, 6, 4) and mask.shape == (4, 6) and out.dtype == np.float32
+            for i, r in enumerate(rows):
+                keep = slice(0, len(r)) if side == "right" else slice(6 - len(r), 6)
+                np.testing.assert_array_equal(out[i][keep], r)
+                assert mask[i].sum() == len(r) and mask[i][keep].all()
+                assert (out[i][~mask[i]] == -1).all()
+    out, mask = pad_batch(ragged, width=2, truncate=True)  # each row's first 2 boxes
+    np.testing.assert_array_equal(out[2], rows[2][:2])
+    np.testing.assert_array_equal(out[1], np.zeros((2, 4)))
+    assert not mask[1].any()
+    with pytest.raises(ConfigError, match=r"row 2 has 5 items, more than width=4"):
+        ragged.pad(4)
+    out, _ = pad_batch(ragged)  # to the longest row
+    assert out.shape == (4, 5, 4)
+    # A cast that would change a number names its row and the number.
+    ints = Ragged(values=np.array([[1, 2], [3, 300]], np.int64), offsets=np.array([0, 1, 2]))
+    with pytest.raises(DataError, match=r"row 1 holds 300, which does not fit dtype int8"):
+        pad_batch(ints, dtype=np.int8)
+    assert pad_batch(ints, dtype=np.int16)[0].tolist() == [[[1, 2]], [[3, 300]]]
 
 
 def test_matches_naive_padder_on_random_rows() -> None:

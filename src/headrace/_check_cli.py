@@ -72,8 +72,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=D1xD2",
-        help="read a column of lists of lists as this shape, e.g. input_features=80x3000 "
-        "(table; each row checked); repeat for more",
+        help="read a column of lists of lists as this shape, e.g. input_features=80x3000, "
+        "or boxes=Nx4 for rows of as many items as each has (table; each row checked); "
+        "repeat for more",
     )
     p.add_argument(
         "--truncate",
@@ -207,18 +208,21 @@ def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     )
 
 
-def _shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
-    """``--shape NAME=D1xD2`` flags as ``shapes=``."""
+def _shapes(given: list[str]) -> dict[str, tuple[int | None, ...]]:
+    """``--shape NAME=D1xD2`` flags as ``shapes=`` (``NAME=Nx4``: a first dimension
+    ``None``, rows of as many items as each has)."""
     out = {}
     for item in given:
         name, eq, dims = item.partition("=")
         try:
-            shape = tuple(int(d) for d in dims.lower().split("x"))
+            parts = dims.lower().split("x")
+            shape = tuple(None if d == "n" and not k else int(d) for k, d in enumerate(parts))
         except ValueError:
             shape = ()
         if not eq or not name.strip() or not shape:
             raise ConfigError(
-                f"--shape {item!r}: give it as NAME=D1xD2..., e.g. --shape input_features=80x3000"
+                f"--shape {item!r}: give it as NAME=D1xD2..., e.g. --shape input_features=80x3000 "
+                "(or NAME=Nx4: rows of as many items of 4 as each has)"
             )
         out[name.strip()] = shape
     return out

@@ -126,7 +126,7 @@ def pad_batch(
                 offsets = offsets - start
             _check_flat(values, offsets, out_dtype, w if truncate else None)
             values = values.astype(out_dtype)
-        out = np.full((n, w), pad_value, dtype=out_dtype)
+        out = np.full((n, w, *values.shape[1:]), pad_value, dtype=out_dtype)
         mask = np.empty((n, w), dtype=np.bool_)
         formats.Ragged.fill(values, offsets, out, mask, left=side == "left", truncate=truncate)
     if torch_out:
@@ -278,10 +278,18 @@ def _check_rows(
 def _check_flat(
     values: NDArray[Any], offsets: NDArray[np.int64], dtype: np.dtype[Any], keep: int | None
 ) -> None:
-    """Flat rows (``offsets[0] == 0``) fit ``dtype``; items past ``keep`` in a row are dropped."""
+    """Flat rows (``offsets[0] == 0``) fit ``dtype``; items past ``keep`` in a row are
+    dropped. Items of a shape (``values`` of more than one dimension) are named by their
+    first number that does not fit."""
     bad = _misfits(values, dtype)
-    if bad is not None:
-        _raise_first(bad, offsets, keep, values.__getitem__, dtype)
+    if bad is None:
+        return
+    if values.ndim > 1:
+        flat, bad = values.reshape(len(values), -1), bad.reshape(len(values), -1)
+        rows = np.asarray(bad.any(axis=1))
+        _raise_first(rows, offsets, keep, lambda i: flat[i][bad[i]][0], dtype)
+        return
+    _raise_first(bad, offsets, keep, values.__getitem__, dtype)
 
 
 def _raise_first(

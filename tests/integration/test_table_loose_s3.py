@@ -136,3 +136,54 @@ def test_nested_lists_given_a_shape_read_alike_locally_and_on_s3(
                     b.read(0, np.arange(400))
             a.close()
             b.close()
+
+
+def test_rows_of_items_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Path) -> None:
+    # Rows of as many items as each holds: boxes (lists of fixed-size lists, the shape in
+    # the schema) and frames (lists of lists, shapes=(None, 3)), padded to a width; an
+    # Arrow file of one record batch (sub-windows on S3) and Parquet; and, in another
+    # copy, a frame of 2 numbers named alike.
+    rng = np.random.default_rng(6)
+    counts = rng.integers(0, 7, 400)
+    boxes = [rng.random((int(n), 4)).astype(np.float32) for n in counts]
+    frames = [np.full((int(n) % 4, 3), i, np.float32).tolist() for i, n in enumerate(counts)]
+    client = s3.server.info.boto3_client()
+    kw = {"shuffle": "window", "window_rows": 128, "shapes": {"frames": (None, 3)}, "width": 6}
+    for copy in ("good", "bad"):
+        if copy == "bad":
+            frames[321] = [[1.0, 2.0, 3.0], [1.0, 2.0]]
+        t = pa.table(
+            {
+                "boxes": pa.array([b.tolist() for b in boxes], pa.list_(pa.list_(pa.float32(), 4))),
+                "frames": pa.array(frames, pa.list_(pa.list_(pa.float32()))),
+                "i": range(400),
+            }
+        )
+        with pa.ipc.new_file(tmp_path / f"{copy}.arrow", t.schema) as w:
+            w.write_table(t)
+        pq.write_table(t, tmp_path / f"{copy}.parquet", row_group_size=100)
+        for name in (f"{copy}.arrow", f"{copy}.parquet"):
+            client.put_object(
+                Bucket=BUCKET, Key=f"items/{name}", Body=(tmp_path / name).read_bytes()
+            )
+            url = f"s3://{BUCKET}/items/{name}"
+            a = TableSource(str(tmp_path / name), **kw)  # type: ignore[arg-type]
+            b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
+            if copy == "good":
+                got = b.read(0, np.arange(400))
+                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
+                for row, i in enumerate(got["i"]):
+                    n = int(counts[i])
+                    np.testing.assert_array_equal(got["boxes"][row][:n], boxes[i])
+                    assert got["boxes_mask"][row].sum() == n
+                    assert got["frames_mask"][row].sum() == n % 4
+            else:
+                message = (
+                    r"row 321 does not have the column's shape \[None, 3\]: a list of 2 where 3"
+                )
+                with pytest.raises(FormatError, match=message):
+                    a.read(0, np.arange(400))
+                with pytest.raises(FormatError, match=f"{url}: column 'frames': {message}"):
+                    b.read(0, np.arange(400))
+            a.close()
+            b.close()

@@ -69,15 +69,17 @@ class Ragged:
     ``offsets`` has one more entry than there are rows and never decreases;
     ``offsets[0]`` need not be 0 (a slice of a larger buffer keeps its
     offsets). This is how tables hand token lists to :func:`headrace.collate.pad_batch`
-    without building one Python object per row.
+    without building one Python object per row. ``values`` of more than one dimension
+    hold items of a shape (a row of boxes: ``values`` of shape ``(N, 4)``), counted by
+    ``offsets`` along the first axis and padded as whole items.
     """
 
     values: NDArray[np.generic]
     offsets: NDArray[np.int64]
 
     def __post_init__(self) -> None:
-        if self.values.ndim != 1:
-            raise ConfigError(f"Ragged values must be 1-D (got shape {self.values.shape})")
+        if self.values.ndim < 1:
+            raise ConfigError("Ragged values must be an array of at least one dimension")
         if self.offsets.ndim != 1 or self.offsets.size < 1:
             raise ConfigError(
                 f"Ragged offsets must be 1-D with at least one entry (got shape "
@@ -86,9 +88,9 @@ class Ragged:
         if self.offsets.dtype != np.int64:
             raise ConfigError(f"Ragged offsets must be int64 (got {self.offsets.dtype})")
         first, last = int(self.offsets[0]), int(self.offsets[-1])
-        if first < 0 or last > self.values.size:
+        if first < 0 or last > len(self.values):
             raise ConfigError(
-                f"Ragged offsets span [{first}, {last}) but values has {self.values.size} items"
+                f"Ragged offsets span [{first}, {last}) but values has {len(self.values)} items"
             )
         if self.offsets.size > 1 and bool((np.diff(self.offsets) < 0).any()):
             raise ConfigError("Ragged offsets must never decrease")
@@ -109,11 +111,12 @@ class Ragged:
         pad_value: int | float | bool = 0,
         truncate: bool = False,
     ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
-        """A ``(rows, width)`` array and its mask: one allocation each, no per-row loop."""
+        """A ``(rows, width, *item shape)`` array and its ``(rows, width)`` mask: one
+        allocation each, no per-row loop."""
         check_side_and_width(side, width)
         width = int(width)  # a NumPy integer too
         check_pad_value(pad_value, self.values.dtype)
-        out = np.full((len(self), width), pad_value, dtype=self.values.dtype)
+        out = np.full((len(self), width, *self.values.shape[1:]), pad_value, self.values.dtype)
         mask = np.empty((len(self), width), dtype=np.bool_)
         Ragged.fill(self.values, self.offsets, out, mask, left=side == "left", truncate=truncate)
         return out, mask
@@ -144,7 +147,8 @@ class Ragged:
         left: bool,
         truncate: bool,
     ) -> None:
-        """Fill ``out`` and ``mask`` from flat ``values`` with no per-row Python loop."""
+        """Fill ``out`` and ``mask`` from ``values`` (items along its first axis, as in
+        ``out``'s second) with no per-row Python loop."""
         width = out.shape[1]
         lengths = np.diff(offsets)
         kept = np.minimum(lengths, width)

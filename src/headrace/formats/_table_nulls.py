@@ -128,11 +128,12 @@ def null_check(
 @dataclass(frozen=True)
 class Misshapen:
     """The rows of a span of a column of a fixed ``shape`` (a ``datasets`` ArrayND
-    feature, or ``shapes=``'s) that cannot be read as it: ``bad`` rows have a list of
-    another length (``found``: that length, -1 for a null list; ``expected``: its
-    level's dimension), ``nulls`` rows (``None``: none) hold null numbers."""
+    feature, or ``shapes=``'s; a first dimension ``None``: rows of items of the rest)
+    that cannot be read as it: ``bad`` rows have a list of another length (``found``:
+    that length, -1 for a null list; ``expected``: its level's dimension), ``nulls``
+    rows (``None``: none) hold null numbers."""
 
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]
     bad: NDArray[np.bool_]
     found: NDArray[np.int64]
     expected: NDArray[np.int64]

@@ -40,9 +40,11 @@ __all__ = [
 VIEWS = {"string_view": "large_string", "binary_view": "large_binary"}
 
 
-def check_shapes(shapes: object) -> dict[str, tuple[int, ...]]:
+def check_shapes(shapes: object) -> dict[str, tuple[int | None, ...]]:
     """``shapes=`` as ``{column: shape}``, refused (:class:`ConfigError`) unless it maps
-    column names to 1 to 5 dimensions of at least 1 (``None``: none)."""
+    column names to 1 to 5 dimensions of at least 1, the first of which may be ``None``
+    (rows of items of the shape after it, as many as each row has; ``shapes=None``:
+    none)."""
     if shapes is None:
         return {}
     if not isinstance(shapes, Mapping):
@@ -57,16 +59,20 @@ def check_shapes(shapes: object) -> dict[str, tuple[int, ...]]:
             isinstance(name, str)
             and dims is not None
             and 1 <= len(dims) <= 5
-            and all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims)
-            and all(d >= 1 for d in dims)
+            and all(
+                (isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1)
+                or (d is None and i == 0)
+                for i, d in enumerate(dims)
+            )
         )
         if not ok:
             raise ConfigError(
                 f"shapes[{name!r}] must be a tuple of 1 to 5 dimensions of at least 1, e.g. "
-                f"(80, 3000) (got {shape!r})"
+                f"(80, 3000), the first of which may be None (rows of as many items as each "
+                f"has, e.g. (None, 4) for boxes) (got {shape!r})"
             )
         assert dims is not None
-        out[name] = tuple(int(d) for d in dims)
+        out[name] = tuple(None if d is None else int(d) for d in dims)
     return out
 
 
@@ -112,6 +118,9 @@ class TableColumn:
     #: each row's shape, for a "fixed" column of nested lists (a ``datasets`` ArrayND
     #: feature); ``()``: ``(width,)``
     shape: tuple[int, ...] = ()
+    #: each item's shape, for a "ragged" column of rows of items of one shape (nested
+    #: lists of shape ``(None, *item_shape)``); ``()``: numbers
+    item_shape: tuple[int, ...] = ()
     #: the top-level column the values lie in (``name``, but for a struct's field)
     source: str = ""
     #: the struct fields from ``source`` down to the values (``()``: ``source`` itself)
@@ -169,11 +178,12 @@ def _array_column(
     typ: Any,
     path: str,
     feature: tuple[Any, str],
-    given: tuple[int, ...] | None,
+    given: tuple[int | None, ...] | None,
 ) -> TableColumn:
     """A ``datasets`` ArrayND column: ``(B, *shape)`` of its numbers, read from its
-    nested lists (each row's lengths checked against the shape when read). ``given``:
-    the ``shapes=`` entry, which may set a dimension the feature leaves ``None``."""
+    nested lists (each row's lengths checked against the shape when read), or rows of
+    items of ``shape[1:]`` where its first dimension is ``None``. ``given``: the
+    ``shapes=`` entry, which may set a dimension the feature leaves ``None``."""
     shape, _ = feature
     if given is not None:
         same = len(given) == len(shape)
@@ -197,20 +207,14 @@ def _array_column(
             f"{shape} stored as {storage}, not {len(shape)} levels of lists of numbers; "
             "headrace cannot read it. Leave it out with columns=[...]"
         )
-    if not all(isinstance(d, int) and d > 0 for d in shape):
+    if not all(isinstance(d, int) and d > 0 for d in shape[1:]):
         raise FormatError(
             f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
-            f"{list(shape)}, whose first dimension varies by row (None); headrace reads "
-            "fixed shapes only: where every row has one, give it with shapes={"
-            f"{name!r}: {tuple(d or 1 for d in shape)!r}}} (each row is checked when read); "
-            "else give the feature a fixed shape (pad or crop each row, e.g. in ds.map, and "
-            "cast_column to it) or leave it out with columns=[...]"
+            f"{list(shape)}, with a dimension past the first that is not a fixed size; "
+            "headrace cannot read it. Leave it out with columns=[...]"
         )
-    dtype = numeric_dtype(pa, inner)
-    width = int(np.prod(shape))
-    return TableColumn(
-        name=name, arrow_type=str(typ), kind="fixed", dtype=dtype, width=width, shape=shape
-    )
+    # A first dimension None: rows of as many items of shape[1:] as each has.
+    return _ragged_column(name, typ, numeric_dtype(pa, inner), shape)
 
 
 def numeric_dtype(pa: Any, typ: Any) -> np.dtype[Any]:
@@ -234,9 +238,13 @@ def _list_levels(pa: Any, typ: Any) -> tuple[list[Any], Any]:
     return levels, typ
 
 
-def _shaped_column(pa: Any, name: str, typ: Any, path: str, shape: tuple[int, ...]) -> TableColumn:
+def _shaped_column(
+    pa: Any, name: str, typ: Any, path: str, shape: tuple[int | None, ...]
+) -> TableColumn:
     """Column ``name`` of lists of numbers or bools read as ``(B, *shape)`` (``shapes=``):
-    one level of lists a dimension, each row's lengths checked when read."""
+    one level of lists a dimension, each row's lengths checked when read; a first
+    dimension ``None``: rows of as many items of ``shape[1:]`` as each has, padded like
+    lists of numbers (:func:`_ragged_column`)."""
     t = pa.types
     levels, item = _list_levels(pa, typ)
     if not levels or not (t.is_integer(item) or t.is_floating(item) or t.is_boolean(item)):
@@ -255,15 +263,30 @@ def _shaped_column(pa: Any, name: str, typ: Any, path: str, shape: tuple[int, ..
                 f"{path}: column {name!r} ({typ}) holds lists of {level.list_size} items "
                 f"where shapes= gives {list(shape)}"
             )
-    if len(levels) == 1 and t.is_fixed_size_list(typ):  # (B, k) already
-        return classify_column(pa, name, typ, path)
+    if len(levels) == 1 and (t.is_fixed_size_list(typ) or shape[0] is None):
+        return classify_column(pa, name, typ, path)  # (B, k), or lists of numbers
+    return _ragged_column(name, typ, numeric_dtype(pa, item), shape)
+
+
+def _ragged_column(
+    name: str, typ: Any, dtype: np.dtype[Any], shape: tuple[int | None, ...]
+) -> TableColumn:
+    """Column ``name`` of nested lists of ``shape`` (each row's lengths checked when
+    read): ``(B, *shape)``, or with a first dimension ``None``, rows of items of
+    ``shape[1:]`` (a "ragged" column, padded to a width as lists of numbers are)."""
+    if shape[0] is None:
+        item = tuple(int(d) for d in shape[1:] if d is not None)
+        return TableColumn(
+            name=name, arrow_type=str(typ), kind="ragged", dtype=dtype, item_shape=item
+        )
+    fixed = tuple(int(d) for d in shape if d is not None)
     return TableColumn(
         name=name,
         arrow_type=str(typ),
         kind="fixed",
-        dtype=numeric_dtype(pa, item),
-        width=int(np.prod(shape)),
-        shape=shape,
+        dtype=dtype,
+        width=int(np.prod(fixed)),
+        shape=fixed,
     )
 
 
@@ -273,7 +296,7 @@ def classify_column(
     typ: Any,
     path: str,
     metadata: Mapping[bytes, bytes] | None = None,
-    shape: tuple[int, ...] | None = None,
+    shape: tuple[int | None, ...] | None = None,
     example: Callable[[], tuple[int, ...] | None] | None = None,
 ) -> TableColumn:
     """What column ``name`` (of Arrow type ``typ``, in file ``path``; ``metadata``: its
@@ -344,6 +367,16 @@ def classify_column(
         fields = ", ".join(repr(f"{name}.{f.name}") for f in typ)
         hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
     levels, item = _list_levels(pa, typ)
+    if (
+        len(levels) > 1
+        and (numeric(item) or t.is_boolean(item))
+        and not t.is_fixed_size_list(levels[0])
+        and all(t.is_fixed_size_list(v) for v in levels[1:])
+    ):
+        # Rows of items whose shape the schema gives (a detection dataset's boxes,
+        # list<fixed_size_list<float>[4]>): as many a row as it holds, padded as lists.
+        sizes = tuple(int(v.list_size) for v in levels[1:])
+        return _ragged_column(name, typ, numeric_dtype(pa, item), (None, *sizes))
     if len(levels) > 1 and (numeric(item) or t.is_boolean(item)):
         # A feature extractor's output saved by ds.map (Whisper's input_features, an
         # image processor's pixel_values): lists of lists, one shape in every row.
@@ -355,18 +388,22 @@ def classify_column(
         if seen is not None and len(seen) == len(dims) and all(seen):
             dims, first = [str(d) for d in seen], " (the first row's shape)"
         given = f"({', '.join(dims)})"
+        items = f"(None, {', '.join(dims[1:])})"
         raise FormatError(
             f"{path}: column {name!r} holds lists of lists ({typ}), whose shape the schema "
             f"does not give: where every row has one, read it as (B, {', '.join(dims)}) "
-            f"with shapes={{{name!r}: {given}}}{first} (each row is checked when read), or "
-            "cast it to a datasets ArrayND feature; else leave it out with columns=[...]"
+            f"with shapes={{{name!r}: {given}}}{first} (each row is checked when read); "
+            "where rows hold different numbers of items of one shape (boxes, frames), as "
+            f"rows of items padded to a width with shapes={{{name!r}: {items}}}; or cast it "
+            "to a datasets ArrayND feature; else leave it out with columns=[...]"
         )
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, bool, timestamps, dates, durations and times of day, "
         "fixed_size_list<number "
-        "or bool>, list<number or bool> (e.g. token ids), lists of lists of numbers given "
-        "shapes=, string/binary, fixed_size_binary. "
+        "or bool>, list<number or bool> (e.g. token ids), lists of fixed-size lists of "
+        "numbers (boxes), lists of lists of numbers given shapes=, string/binary, "
+        "fixed_size_binary. "
         f"Leave it out with columns=[...].{hint}"
     )
 
@@ -377,7 +414,7 @@ def table_columns(
     names: Sequence[str],
     path: str,
     where: str,
-    shapes: Mapping[str, tuple[int, ...]],
+    shapes: Mapping[str, tuple[int | None, ...]],
     example: Callable[[str], tuple[int, ...] | None] | None = None,
 ) -> tuple[dict[str, TableColumn], Any]:
     """Each of ``names`` (checked by :func:`columns_read`) of the first file's ``schema``
@@ -399,7 +436,7 @@ def table_columns(
         col = classify_column(pa, c, typ, path, meta, shapes.get(c), seen)
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
-        if isinstance(typ, pa.BaseExtensionType) and col.shape:
+        if isinstance(typ, pa.BaseExtensionType) and (col.shape or col.item_shape):
             # As a process without datasets imported sees it (its storage, the extension
             # named in metadata): the fingerprint must not depend on what was imported.
             meta = {  # in the order pyarrow writes them

@@ -100,7 +100,10 @@ class TableSource:
     for the lists of lists ``ds.map`` saves of a feature extractor's output; a flat
     list column given ``(768,)`` reads as ``(B, 768)``, with no mask); each row is
     checked when read, and one of another shape is a
-    :class:`~headrace.errors.FormatError` naming its file, row and column.
+    :class:`~headrace.errors.FormatError` naming its file, row and column. A first
+    dimension ``None`` (``{"boxes": (None, 4)}``: each row as many boxes as it
+    holds) pads each row's items to its width, as lists are: ``(B, width, 4)`` and
+    a ``(B, width)`` mask.
 
     ``vocab_size``: the ids of token columns must lie in ``[0, vocab_size)``:
     an int checks every column of integer lists (padded or fixed-size), a mapping
@@ -136,7 +139,7 @@ class TableSource:
         exif_transpose: bool = False,
         decode_threads: int | None = None,
         vocab_size: int | Mapping[str, int] | None = None,
-        shapes: Mapping[str, Sequence[int]] | None = None,
+        shapes: Mapping[str, Sequence[int | None]] | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
         check_window_rows(window_rows, "65536")
@@ -343,10 +346,13 @@ class TableSource:
         if vocab_size is None:
             return {}
         cols = self.table.columns
-        ints = [
+        ints = [  # (not rows of items of a shape, such as boxes: not token ids)
             c
             for c in self.names
-            if cols[c].kind != "bytes" and cols[c].dtype.kind in "iu" and not cols[c].fixed_bytes
+            if cols[c].kind != "bytes"
+            and cols[c].dtype.kind in "iu"
+            and not cols[c].fixed_bytes
+            and not cols[c].item_shape
         ]
         lists = [c for c in ints if cols[c].kind in ("ragged", "fixed")]
         if isinstance(vocab_size, Mapping):

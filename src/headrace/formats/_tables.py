@@ -120,7 +120,7 @@ class Table(Closing):
         walked: Mapping[str, WalkedStream] | None = None,
         split: int | None = None,
         stamps: Mapping[str, tuple[int, int, int, int]] | None = None,
-        shapes: Mapping[str, tuple[int, ...]] | None = None,
+        shapes: Mapping[str, tuple[int | None, ...]] | None = None,
     ) -> None:
         """Use :meth:`open`. ``objects``: the stores that listed ``remote``'s objects,
         handed over (this table closes them); a pickled copy opens its own.
@@ -254,7 +254,7 @@ class Table(Closing):
         in_flight: int = DEFAULT_IN_FLIGHT,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
-        shapes: Mapping[str, Sequence[int]] | None = None,
+        shapes: Mapping[str, Sequence[int | None]] | None = None,
     ) -> Table:
         """Open a file, a directory (``save_to_disk``, HF cache, Parquet), a glob or a list.
 
@@ -263,8 +263,10 @@ class Table(Closing):
         ``(B, *shape)`` (``{"input_features": (80, 3000)}``: a list of 80 lists of
         3,000 floats in every row, as ``ds.map`` saves a feature extractor's output);
         each row's lengths are checked when read, and a row of another shape is a
-        :class:`~headrace.errors.FormatError` naming its file, row and column. It
-        also sets a ``datasets`` ArrayND feature's ``None`` dimension.
+        :class:`~headrace.errors.FormatError` naming its file, row and column. A
+        first dimension ``None`` (``{"boxes": (None, 4)}``) reads rows of as many
+        items of the rest as each holds, as :class:`Ragged` of ``(items, 4)``
+        values. It also sets a ``datasets`` ArrayND feature's ``None`` dimension.
         ``row_group_cache`` bounds how many decoded Parquet row groups are
         kept (Arrow batches are views of the memory map and cost nothing).
 
@@ -314,7 +316,7 @@ class Table(Closing):
         return dict(self._columns)
 
     @property
-    def shapes(self) -> dict[str, tuple[int, ...]]:
+    def shapes(self) -> dict[str, tuple[int | None, ...]]:
         """The shapes given to :meth:`open` (``shapes=``), by column."""
         return dict(self._shapes)
 
