@@ -272,6 +272,23 @@ def _write_datasets(root: Path) -> None:
     )
     (root / "whisper_features").mkdir()
     pq.write_table(whisper, root / "whisper_features" / "train-00000-of-00001.parquet")
+    # docs/rows.md "Rows of items": a detection dataset's Parquet shard, its objects a
+    # struct of lists as datasets stores them (bbox: lists of fixed-size lists of 4).
+    counts = np.arange(24) % 7
+    ends = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    boxes = pa.FixedSizeListArray.from_arrays(np.arange(ends[-1] * 4, dtype=np.float32), 4)
+    objects = pa.StructArray.from_arrays(
+        [
+            pa.ListArray.from_arrays(ends, boxes),
+            pa.ListArray.from_arrays(ends, pa.array(np.arange(ends[-1]) % 80)),
+        ],
+        names=["bbox", "category"],
+    )
+    (root / "detection").mkdir()
+    pq.write_table(
+        pa.table({"objects": objects, "image_id": np.arange(24)}),
+        root / "detection" / "train-00000-of-00001.parquet",
+    )
     # README.md and docs/rows.md "Image columns": Hub vision datasets' Parquet shards.
     sizes = [(40 + 8 * (i % 3), 48 - 4 * (i % 3)) for i in range(200)]
     _image_table(

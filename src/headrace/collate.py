@@ -64,6 +64,9 @@ def pad_batch(
 ) -> Any:
     """Pad rows to one ``(B, width)`` array; return ``(values, mask)`` or just ``values``.
 
+    A :class:`~headrace.formats.Ragged` whose values hold items of a shape (values
+    ``(N, 4)``: boxes) pads whole items, to ``(B, width, 4)`` and a ``(B, width)`` mask.
+
     ``side`` says where padding goes ("left" for decoder prompts).
     ``width=None`` pads to the longest row; an ``int`` fixes it, and a longer
     row raises :class:`ConfigError` naming it unless ``truncate=True``, which
