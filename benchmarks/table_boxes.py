@@ -47,7 +47,13 @@ Its first version built index arrays for each span's rows (~14 us a span): 1.0 m
 batch; copying a span's rows as slices when it has at most 16 (0.6 us a row) took it
 to 0.51-0.53 (the token-list ``table`` workload of ``headrace bench``, whose rows are
 longer, unchanged: 9,316 and 9,797 batches/s before, 8,897 and 9,630 after, A/B/A/B,
-digest ca83a2ac93f7).
+digest ca83a2ac93f7). Then a span's few rows' offsets were taken a row at a time
+(~0.4 us a row against ~4 us a span of index arrays; predicted 0.43 ms, measured 0.47)
+and the rows grouped by span with slices instead of ``np.split``: headrace 0.550 and
+0.448 ms, ``datasets`` 0.486 and 0.485 (0.88x, 1.08x), pyarrow 0.372 and 0.355 (0.68x,
+0.79x), the same digest (the ``table`` workload again unchanged within the noise: 10,333
+and 9,453 before, 8,447 and 9,977 after; ``padded``, whose code did not change, 8,136 to
+10,420).
 
 ``--kind frames`` (no prediction written before its first trial; 5 trials, 2,000 rows,
 width 300, 2.9 MB of frames a batch): headrace 1.865 and 1.447 ms; ``datasets`` 40.4

@@ -268,9 +268,13 @@ def gather(
         items, offs, valid, holes = views[s][name]
         null_check(parts, spans, name, s, valid, loc)
         item_check(parts, spans, name, s, holes, loc)
-        starts[pos] = offs[loc]
-        ends[pos] = offs[loc + 1]
-        limits[pos] = len(items)
+        if pos.size <= _FEW_ROWS:  # a row at a time: ~0.4 us a row, 4 us a group so
+            for p, r in zip(pos.tolist(), loc.tolist(), strict=True):
+                starts[p], ends[p], limits[p] = offs[r], offs[r + 1], len(items)
+        else:
+            starts[pos] = offs[loc]
+            ends[pos] = offs[loc + 1]
+            limits[pos] = len(items)
     lengths = ends - starts
     # A mapped file's offsets are read as they are on disk (pyarrow checks none of
     # them): damaged ones must not cut rows from the wrong items (a negative start

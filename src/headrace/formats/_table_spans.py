@@ -68,12 +68,18 @@ class Spans:
 
     def group(self, idx: NDArray[np.int64]) -> Groups:
         """The rows ``idx`` by span, in span order."""
+        if not idx.size:
+            return []
         span = self.of(idx)
-        local = idx - self.starts[span]
         order = np.argsort(span, kind="stable")
         sorted_span = span[order]
-        cuts = np.flatnonzero(np.diff(sorted_span)) + 1
-        return [(int(span[g[0]]), g, local[g]) for g in np.split(order, cuts) if g.size]
+        local = idx[order] - self.starts[sorted_span]
+        # Slices of the sorted rows (np.split costs ~3 us a group more).
+        cuts = [0, *(np.flatnonzero(np.diff(sorted_span)) + 1).tolist(), int(idx.size)]
+        heads = sorted_span[cuts[:-1]].tolist()
+        return [
+            (s, order[a:b], local[a:b]) for s, a, b in zip(heads, cuts[:-1], cuts[1:], strict=True)
+        ]
 
 
 def layout_spans(
