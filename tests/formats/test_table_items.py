@@ -227,3 +227,17 @@ def test_an_int_vocab_size_leaves_rows_of_items_alone(tmp_path: Path) -> None:
     assert b["box"][0, 0].tolist() == [0, 0, 640, 480] and not b["box_mask"][1].any()
     with pytest.raises(ConfigError, match=r"vocab_size names column\(s\) \['box'\]"):
         TableSource(tmp_path / "v.parquet", width=2, vocab_size={"box": 100})
+
+
+def test_an_array_feature_of_a_dimension_of_no_size_is_refused(tmp_path: Path) -> None:
+    # A file's metadata may say what datasets would not make. (A None past the first
+    # dimension is refused by datasets itself when the schema is read, where imported.)
+    meta = {
+        b"ARROW:extension:metadata": b'[[0, 3], "float32"]',
+        b"ARROW:extension:name": b"datasets.features.features.Array2DExtensionType",
+    }
+    field = pa.field("x", pa.list_(pa.list_(pa.float32())), metadata=meta)
+    table = pa.table({"x": pa.array([[[1.0] * 3] * 2] * 4, field.type)}, schema=pa.schema([field]))
+    pq.write_table(table, tmp_path / "odd.parquet")
+    with pytest.raises(FormatError, match=r"only its first dimension may be None"):
+        Table.open(tmp_path / "odd.parquet")

@@ -207,14 +207,17 @@ def _array_column(
             f"{shape} stored as {storage}, not {len(shape)} levels of lists of numbers; "
             "headrace cannot read it. Leave it out with columns=[...]"
         )
-    if not all(isinstance(d, int) and d > 0 for d in shape[1:]):
+    if not all(
+        (isinstance(d, int) and d > 0) or (d is None and not k) for k, d in enumerate(shape)
+    ):
         raise FormatError(
             f"{path}: column {name!r} is a datasets Array{len(shape)}D feature of shape "
-            f"{list(shape)}, with a dimension past the first that is not a fixed size; "
-            "headrace cannot read it. Leave it out with columns=[...]"
+            f"{list(shape)}: only its first dimension may be None (rows of as many items "
+            "as each holds), the others fixed sizes; headrace cannot read it. Leave it out "
+            "with columns=[...]"
         )
     # A first dimension None: rows of as many items of shape[1:] as each has.
-    return _ragged_column(name, typ, numeric_dtype(pa, inner), shape)
+    return _nested_column(name, typ, numeric_dtype(pa, inner), shape)
 
 
 def numeric_dtype(pa: Any, typ: Any) -> np.dtype[Any]:
@@ -244,7 +247,7 @@ def _shaped_column(
     """Column ``name`` of lists of numbers or bools read as ``(B, *shape)`` (``shapes=``):
     one level of lists a dimension, each row's lengths checked when read; a first
     dimension ``None``: rows of as many items of ``shape[1:]`` as each has, padded like
-    lists of numbers (:func:`_ragged_column`)."""
+    lists of numbers (:func:`_nested_column`)."""
     t = pa.types
     levels, item = _list_levels(pa, typ)
     if not levels or not (t.is_integer(item) or t.is_floating(item) or t.is_boolean(item)):
@@ -265,10 +268,10 @@ def _shaped_column(
             )
     if len(levels) == 1 and (t.is_fixed_size_list(typ) or shape[0] is None):
         return classify_column(pa, name, typ, path)  # (B, k), or lists of numbers
-    return _ragged_column(name, typ, numeric_dtype(pa, item), shape)
+    return _nested_column(name, typ, numeric_dtype(pa, item), shape)
 
 
-def _ragged_column(
+def _nested_column(
     name: str, typ: Any, dtype: np.dtype[Any], shape: tuple[int | None, ...]
 ) -> TableColumn:
     """Column ``name`` of nested lists of ``shape`` (each row's lengths checked when
@@ -376,7 +379,7 @@ def classify_column(
         # Rows of items whose shape the schema gives (a detection dataset's boxes,
         # list<fixed_size_list<float>[4]>): as many a row as it holds, padded as lists.
         sizes = tuple(int(v.list_size) for v in levels[1:])
-        return _ragged_column(name, typ, numeric_dtype(pa, item), (None, *sizes))
+        return _nested_column(name, typ, numeric_dtype(pa, item), (None, *sizes))
     if len(levels) > 1 and (numeric(item) or t.is_boolean(item)):
         # A feature extractor's output saved by ds.map (Whisper's input_features, an
         # image processor's pixel_values): lists of lists, one shape in every row.
