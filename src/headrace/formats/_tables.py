@@ -16,6 +16,7 @@ Arrow type                                      value
 integer, floating, bool                         ``(B,)`` array of that dtype
 ``fixed_size_list<number>[k]``                  ``(B, k)`` array
 ``list`` / ``large_list`` of number             :class:`Ragged` (values + offsets)
+lists of fixed-size lists of number (boxes)     :class:`Ragged` of ``(items, k)`` values
 ``string`` / ``binary`` (and ``large_``)        :class:`Ragged` of ``uint8`` bytes
 a struct's field, named ``column.field``        as that field's type (``_table_schema``)
 ==============================================  ===================================
