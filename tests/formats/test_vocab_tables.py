@@ -258,3 +258,20 @@ def test_token_columns_of_any_integer_type_refuse_v_and_pass_v_minus_1(
     assert TableSource(path, **kw, vocab_size=1000).read(0, np.arange(40))["input_ids"].max() == 999
     with pytest.raises(FormatError, match=rf"row 40 \(sample 40\), position {len(ids[40]) - 1}: "):
         TableSource(path, **kw, vocab_size=1000).read(0, np.arange(30, 60))
+
+
+def test_a_shaped_column_names_the_position_by_each_dimension(tmp_path: Path) -> None:
+    # Ids in chunks, (2, 8) a row (lists of lists read with shapes=): the position of a bad
+    # id is [chunk, place], not its place in the flattened row (until 2026-12-05: 13).
+    rows = np.arange(40 * 16, dtype=np.int32).reshape(40, 2, 8) % 100
+    rows[17, 1, 5] = 5000
+    t = pa.table({"chunks": pa.array(rows.tolist(), pa.list_(pa.list_(pa.int32())))})
+    pq.write_table(t, tmp_path / "c.parquet")
+    src = TableSource(
+        tmp_path / "c.parquet", shapes={"chunks": (2, 8)}, vocab_size={"chunks": 100}, shuffle=False
+    )
+    with pytest.raises(
+        FormatError,
+        match=r"column 'chunks', row 17 \(sample 17\), position \[1, 5\]: token id 5000 ",
+    ):
+        src.read(0, np.arange(40))

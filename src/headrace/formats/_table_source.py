@@ -593,7 +593,10 @@ class TableSource:
                 if self.pad_side == "left":
                     item -= self.widths[c] - items.size
                 ids, i, j = items[None, :], 0, item
-            where += f", position {item}"
+            # A row of a shape ((2, 1024): chunks of ids) says where by each dimension.
+            shaped = out[c].ndim > 2
+            place = [int(d) for d in np.unravel_index(item, out[c].shape[1:])] if shaped else item
+            where += f", position {place}"
         raise outside_error(where, ids, (i, j), vocab)
 
     def close(self) -> None:
