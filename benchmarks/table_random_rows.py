@@ -15,6 +15,15 @@ ms a batch; B 0.638, 0.667, 0.724 (median 0.912 against 0.667: 1.37x); digest
 a1606921d4bf on both sides. B copies a record batch's few rows (at most 16) as slices
 and takes their offsets a row at a time, where A built index arrays for each record
 batch (~14 us, and ~4 us more for the offsets).
+
+Then the full shuffle's permutation of a batch's 32 samples (a Feistel network, its
+out-of-range values walked again): predicted ~110 us a batch saved (0.667 -> ~0.55) by
+walking the last few entries through the network on Python ints instead of another
+vectorised pass (~50 us each, ~2.4 a batch). Walking all 32 in Python first missed
+(0.616-0.642: 4.4 us an entry with its walks, not 3); a vectorised first pass with the
+last 12 or fewer walked in Python met it: the permutation of 32 went from 186-195 us
+to 95-104 (A/B x 3), and the batch (A = 5f72ecc7, B = this change, A/B x 3) from 0.896,
+0.898, 0.911 ms to 0.575, 0.559, 0.555 (1.6x in all), digest a1606921d4bf both sides.
 """
 
 from __future__ import annotations

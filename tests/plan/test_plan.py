@@ -22,6 +22,7 @@ from headrace.plan import (
     host_slice,
     step_samples,
 )
+from headrace.plan._permute import _WALK
 
 
 @given(n=st.integers(1, 5000), seed=st.integers(0, 2**32))
@@ -32,6 +33,24 @@ def test_permutation_is_a_bijection_with_inverse(n: int, seed: int) -> None:
     assert np.array_equal(np.sort(image), np.arange(n))
     assert np.array_equal(p.inverse(image), np.arange(n))
     assert p.one(n - 1) == image[-1]
+
+
+@pytest.mark.parametrize("n", [1, 5, 1000, 200_000, 10**9])
+def test_few_entries_walked_in_python_match_the_vectorised_network(n: int) -> None:
+    # Up to _WALK entries (and a vectorised pass's last few out-of-range ones) go through
+    # the network on Python ints: the same values as NumPy's rounds, forward and back.
+    p = Permutation(n, derive_keys(n, 3))
+    idx = np.random.default_rng(n).integers(0, n, 4000)
+    image = p(idx)  # vectorised: its leftovers walked in Python
+    rounds = p._rounds(idx.astype(np.uint64), False)  # and without any Python walk
+    while (out := rounds >= n).any():
+        rounds[out] = p._rounds(rounds[out], False)
+    np.testing.assert_array_equal(image, rounds.astype(np.int64))
+    for k in (1, 2, _WALK, _WALK + 1, 40):
+        np.testing.assert_array_equal(p(idx[:k]), image[:k])
+        np.testing.assert_array_equal(p.inverse(image[:k]), idx[:k])
+        np.testing.assert_array_equal(p(idx[:k].reshape(-1, 1)), image[:k].reshape(-1, 1))
+    np.testing.assert_array_equal(p.inverse(image), idx)
 
 
 def test_permutation_depends_on_keys_and_rejects_out_of_range() -> None:
