@@ -241,3 +241,27 @@ def test_an_array_feature_of_a_dimension_of_no_size_is_refused(tmp_path: Path) -
     pq.write_table(table, tmp_path / "odd.parquet")
     with pytest.raises(FormatError, match=r"only its first dimension may be None"):
         Table.open(tmp_path / "odd.parquet")
+
+
+def test_a_list_of_structs_field_is_refused_saying_how_to_read_it(tmp_path: Path) -> None:
+    # datasets' List({...}) (its newer detection layout): list<struct<bbox, category>>.
+    features = datasets.Features(
+        {
+            "objects": datasets.List(
+                {
+                    "bbox": datasets.List(datasets.Value("float32"), length=4),
+                    "category": datasets.Value("int64"),
+                }
+            )
+        }
+    )
+    rows = [[{"bbox": [1.0, 2.0, 3.0, 4.0], "category": 1}], []]
+    ds = datasets.Dataset.from_dict({"objects": rows}, features=features)
+    ds.to_parquet(str(tmp_path / "l.parquet"))
+    with pytest.raises(
+        ConfigError,
+        match=r"'objects' is list<.*struct<.*, not a struct; it has no field 'bbox'; the fields "
+        r"of a list of structs are not read apart: give them columns of their own, e\.g\. "
+        r"ds\.map\(lambda r: \{'bbox': \[o\['bbox'\] for o in r\['objects'\]\]\}\)",
+    ):
+        Table.open(tmp_path / "l.parquet", columns=["objects.bbox"])

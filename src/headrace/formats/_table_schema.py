@@ -505,8 +505,19 @@ def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[st
     for part in name[len(top) + 1 :].split("."):
         at = ".".join([top, *path])
         if not pa.types.is_struct(typ):
+            hint = ""
+            levels, inner = _list_levels(pa, typ)
+            if levels and pa.types.is_struct(inner):
+                # datasets' List({...}) (a detection set's objects): list<struct<...>>.
+                hint = (
+                    f"; the fields of a list of structs are not read apart: give them "
+                    f"columns of their own, e.g. ds.map(lambda r: {{{part!r}: [o[{part!r}] "
+                    f"for o in r[{at!r}]]}}) (a struct of lists, datasets' Sequence({{...}}), "
+                    "reads by field)"
+                )
             raise ConfigError(
-                f"{where}: column {name!r}: {at!r} is {typ}, not a struct; it has no field {part!r}"
+                f"{where}: column {name!r}: {at!r} is {typ}, not a struct; it has no field "
+                f"{part!r}{hint}"
             )
         i = typ.get_field_index(part)
         if i < 0:
