@@ -243,8 +243,11 @@ def test_an_array_feature_of_a_dimension_of_no_size_is_refused(tmp_path: Path) -
         Table.open(tmp_path / "odd.parquet")
 
 
-def test_a_list_of_structs_field_is_refused_saying_how_to_read_it(tmp_path: Path) -> None:
-    # datasets' List({...}) (its newer detection layout): list<struct<bbox, category>>.
+def _list_of_structs(tmp_path: Path, rows: list[object]) -> tuple[Path, Path]:
+    """``rows`` of ``objects`` as datasets' ``List({...})`` stores them (its newer
+    detection layout: ``list<struct<bbox: fixed_size_list<float>[4], category: int64>>``),
+    beside ``id``: a ``save_to_disk`` folder (2 shards) and a Parquet file (row groups of
+    16)."""
     features = datasets.Features(
         {
             "objects": datasets.List(
@@ -252,16 +255,79 @@ def test_a_list_of_structs_field_is_refused_saying_how_to_read_it(tmp_path: Path
                     "bbox": datasets.List(datasets.Value("float32"), length=4),
                     "category": datasets.Value("int64"),
                 }
-            )
+            ),
+            "id": datasets.Value("int64"),
         }
     )
-    rows = [[{"bbox": [1.0, 2.0, 3.0, 4.0], "category": 1}], []]
-    ds = datasets.Dataset.from_dict({"objects": rows}, features=features)
-    ds.to_parquet(str(tmp_path / "l.parquet"))
-    with pytest.raises(
-        ConfigError,
-        match=r"'objects' is list<.*struct<.*, not a struct; it has no field 'bbox'; the fields "
-        r"of a list of structs are not read apart: give them columns of their own, e\.g\. "
-        r"ds\.map\(lambda r: \{'bbox': \[o\['bbox'\] for o in r\['objects'\]\]\}\)",
-    ):
-        Table.open(tmp_path / "l.parquet", columns=["objects.bbox"])
+    ds = datasets.Dataset.from_dict({"objects": rows, "id": list(range(len(rows)))}, features)
+    ds.save_to_disk(str(tmp_path / "ls"), num_shards=2)
+    ds.to_parquet(str(tmp_path / "ls.parquet"), batch_size=16)
+    return tmp_path / "ls", tmp_path / "ls.parquet"
+
+
+def _objects(n: int) -> tuple[list[np.ndarray], list[object]]:
+    """Row ``i``'s boxes (0 to 4), and its objects: each box with category ``10 i + j``."""
+    rng = np.random.default_rng(8)
+    boxes = [rng.random((int(rng.integers(0, 5)), 4)).astype(np.float32) for _ in range(n)]
+    rows: list[object] = [
+        [{"bbox": b.tolist(), "category": 10 * i + j} for j, b in enumerate(bs)]
+        for i, bs in enumerate(boxes)
+    ]
+    return boxes, rows
+
+
+def test_fields_of_a_list_of_structs_read_as_rows_of_items(tmp_path: Path) -> None:
+    # Until 2026-12-05 refused ("'objects' is list<...>, not a struct").
+    boxes, rows = _objects(N)
+    cols = ["objects.bbox", "objects.category", "id"]
+    for where in _list_of_structs(tmp_path, rows):
+        with Table.open(where, columns=cols) as tb:
+            assert tb.columns["objects.bbox"].item_shape == (4,)
+            got = tb.read_rows(np.array([39, 0, 17, 33]))
+            for k, i in enumerate((39, 0, 17, 33)):
+                np.testing.assert_array_equal(got["objects.bbox"].row(k), boxes[i])
+                assert got["objects.category"].row(k).tolist() == [
+                    10 * i + j for j in range(len(boxes[i]))
+                ]
+        src = TableSource(where, columns=cols, width=6, pad_values={"objects.category": -1})
+        with Loader(src, batch_size=8, seed=4) as ld:
+            for _, b in zip(range(5), ld, strict=False):
+                for row, i in enumerate(b["id"]):
+                    n = len(boxes[i])
+                    np.testing.assert_array_equal(b["objects.bbox"][row][:n], boxes[i])
+                    assert b["objects.category"][row].tolist() == [
+                        *(10 * i + j for j in range(n)),
+                        *[-1] * (6 - n),
+                    ]
+                    assert b["objects.bbox_mask"][row].sum() == n
+        src.close()
+
+
+def test_null_objects_and_rows_of_a_list_of_structs_are_named(tmp_path: Path) -> None:
+    boxes, rows = _objects(N)
+    rows[21] = [{"bbox": [1.0, 2.0, 3.0, 4.0], "category": 1}, None]  # a null object
+    cols = ["objects.bbox", "id"]
+    for where in _list_of_structs(tmp_path / "objects", rows):
+        # Its box is a null list of the items' shape, its category a null number.
+        src = TableSource(where, columns=cols, width=6, shuffle="none")
+        with pytest.raises(
+            FormatError,
+            match=r"column 'objects.bbox': row 21 does not have the column's "
+            r"shape \[None, 4\]: a null list where 4 belong",
+        ):
+            src.read(0, np.arange(10, N))
+        with pytest.raises(
+            FormatError, match=r"column 'objects.category': .*hold null list items.*rows 21"
+        ):
+            TableSource(where, columns=["objects.category"], width=6).read(0, np.arange(N))
+        others = np.array([r for r in range(N) if r != 21])
+        b = src.read(0, others)
+        for row, i in enumerate(others):
+            np.testing.assert_array_equal(b["objects.bbox"][row][: len(boxes[i])], boxes[i])
+    rows[21], rows[9] = [], None  # a null row: refused when an Arrow source is made
+    saved, parquet = _list_of_structs(tmp_path / "rows", rows)
+    with pytest.raises(FormatError, match=r"column 'objects.bbox': row 9 is null"):
+        TableSource(saved, columns=cols, width=6)
+    src = TableSource(parquet, columns=cols, width=6, shuffle="none")
+    with pytest.raises(FormatError, match=r"column 'objects.bbox': row 9 is null"):
+        src.read(0, np.arange(N))

@@ -197,3 +197,18 @@ def test_a_row_with_null_list_items_fails_alone_not_its_row_group(
     )
     assert "fill or drop them before reading" in str(info.value)
     assert srcs["bad"].read(0, np.array([14], dtype=np.int64))["y"].tolist() == [14]
+
+
+def test_the_example_filter_names_the_column_that_holds_null_items(tmp_path: Path) -> None:
+    # Until 2026-12-05 it named the first column read ('a', which has none).
+    t = pa.table(
+        {
+            "a": pa.array([[1, 2]] * 4, pa.list_(pa.int32())),
+            "b": pa.array([[1], [2, None], [3], [4]], pa.list_(pa.int32())),
+        }
+    )
+    with pa.ipc.new_file(tmp_path / "t.arrow", t.schema) as w:
+        w.write_table(t)
+    with pytest.raises(FormatError, match=r"column 'b': 1 row\(s\) hold null list items") as info:
+        TableSource(tmp_path / "t.arrow", columns=["a", "b"], width=4)
+    assert "None not in r['b']" in str(info.value), info.value

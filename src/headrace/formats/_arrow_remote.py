@@ -680,6 +680,10 @@ class RemoteArrow(RemotePart):
         out = [node]
         typ = self.schema.field(i).type
         for name in field:
+            if not pa.types.is_struct(typ):
+                # A list of structs: its rows' nulls are the list's own (its items' are
+                # refused when read, as a Parquet list's are).
+                break
             k = typ.get_field_index(name)
             node += 1 + sum(_node_counts(pa, typ.field(j).type) for j in range(k))
             out.append(node)

@@ -149,6 +149,9 @@ def struct_buffers(pa: Any, arr: Any, field: tuple[str, ...]) -> list[Any]:
     out = []
     for name in field:
         out.extend(eager_buffers(pa, arr))
+        if not pa.types.is_struct(arr.type):  # a list of structs: its items' structs
+            arr = arr.values
+            out.extend(eager_buffers(pa, arr))
         arr = arr.field(arr.type.get_field_index(name))
     out.extend(eager_buffers(pa, arr))
     return out

@@ -331,8 +331,9 @@ def null_item_rows(col: Any, width: int | None) -> NDArray[np.int64]:
 def null_items_error(found: Sequence[NullRows], scope: str = "", note: str = "") -> FormatError:
     """The refusal of rows holding null list items (``found``: by column); ``scope`` and
     ``note`` as :func:`null_error`'s."""
+    found = [f for f in found if f.count]  # (the example names the first such column)
     said = []
-    for k, f in enumerate(x for x in found if x.count):
+    for k, f in enumerate(found):
         path, (_, start) = next(iter(f.files.items()))
         head = f"{path}: column {f.name!r}: " if k == 0 else f"column {f.name!r}: "
         more = ", ..." if f.count > len(f.rows) else ""

@@ -502,22 +502,17 @@ def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[st
         raise ConfigError(f"{where}: no column(s) {[name]}; available: {list(schema.names)}")
     typ = schema.field(top).type
     path: list[str] = []
+    listed = None  # the list of structs crossed on the way down (one at most)
     for part in name[len(top) + 1 :].split("."):
         at = ".".join([top, *path])
+        if listed is None and _struct_list(pa, typ):
+            # datasets' List({...}) (a detection set's objects): list<struct<...>>. A
+            # field's values are each row's items: a list of that field's type.
+            listed, typ = typ, typ.value_type
         if not pa.types.is_struct(typ):
-            hint = ""
-            levels, inner = _list_levels(pa, typ)
-            if levels and pa.types.is_struct(inner):
-                # datasets' List({...}) (a detection set's objects): list<struct<...>>.
-                hint = (
-                    f"; the fields of a list of structs are not read apart: give them "
-                    f"columns of their own, e.g. ds.map(lambda r: {{{part!r}: [o[{part!r}] "
-                    f"for o in r[{at!r}]]}}) (a struct of lists, datasets' Sequence({{...}}), "
-                    "reads by field)"
-                )
             raise ConfigError(
                 f"{where}: column {name!r}: {at!r} is {typ}, not a struct; it has no field "
-                f"{part!r}{hint}"
+                f"{part!r}"
             )
         i = typ.get_field_index(part)
         if i < 0:
@@ -528,18 +523,35 @@ def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[st
             )
         path.append(part)
         typ = typ.field(i).type
+    if listed is not None:
+        wide = pa.types.is_large_list(listed)
+        typ = pa.large_list(typ) if wide else pa.list_(typ)
     return top, tuple(path), typ
+
+
+def _struct_list(pa: Any, typ: Any) -> bool:
+    """A list (or large list) of structs."""
+    t = pa.types
+    return bool((t.is_list(typ) or t.is_large_list(typ)) and t.is_struct(typ.value_type))
 
 
 def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
     """The values of ``arr``'s struct field ``field`` (``()``: ``arr``), a row null where
-    the struct (or a struct on the way down) is."""
+    the struct (or a struct on the way down) is. Through a list of structs, each row's
+    items' values: a list array of them, no copy (an item null where its struct is)."""
+    listed = None
     for name in field:
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
+        if listed is None and _struct_list(pa, arr.type):
+            listed, arr = arr, arr.values  # (all of the list's items: offsets index them)
         # flatten() applies the struct's offset and its nulls; .field() does neither.
         arr = arr.flatten()[arr.type.get_field_index(name)]
-    return arr
+    if listed is None:
+        return arr
+    kind = pa.LargeListArray if pa.types.is_large_list(listed.type) else pa.ListArray
+    mask = listed.is_null() if listed.null_count else None
+    return kind.from_arrays(listed.offsets, arr, mask=mask)
 
 
 def image_features(schema: Any) -> dict[str, str | None]:
