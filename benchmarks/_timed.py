@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,28 @@ def seconds_per_step(
         t = time.perf_counter()
         digest = batch_digest(ld)
         return (time.perf_counter() - t) / steps, digest
+
+
+def two_passes(
+    read: Callable[[Any], Any], batches: Sequence[Any], check: Callable[[Any, Any], None]
+) -> tuple[float, float, str]:
+    """(ms a batch of the first pass, of the second, digest) of ``read`` over ``batches``
+    twice: the first pass maps pages (an epoch's first touch), the second finds them
+    mapped. ``check(idx, got)`` asserts what a batch must be; it and the SHA-256 of every
+    array ``read`` gives (an array or a tuple of them) are untimed."""
+    h = hashlib.sha256()
+    ms = []
+    for _ in range(2):
+        spent = 0.0
+        for idx in batches:
+            t0 = time.perf_counter()
+            got = read(idx)
+            spent += time.perf_counter() - t0
+            check(idx, got)
+            for a in got if isinstance(got, tuple) else (got,):
+                h.update(np.ascontiguousarray(a).data)
+        ms.append(spent / len(batches) * 1e3)
+    return ms[0], ms[1], h.hexdigest()[:12]
 
 
 def write_padded_rows(root: Path, rows: int, width: int, vocab: int, longest: int) -> None:

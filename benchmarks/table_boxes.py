@@ -73,14 +73,13 @@ objects, and ``take`` copies each of the batch's ~5,600 inner lists apart.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _out import out
+from _timed import two_passes
 
 Read = Any  # idx -> (items (B, W, *shape), [categories (B, W),] mask (B, W))
 FRAME = 128  # numbers a frame
@@ -232,20 +231,11 @@ def trial(
     side: str, path: Path, width: int, kind: str, batches: list[Any]
 ) -> tuple[float, float, str]:
     """(ms a batch of the first pass, of the second, digest) of one fresh reader."""
-    read = SIDES[side](path, width, kind)
-    h = hashlib.sha256()
-    ms = []
-    for _ in range(2):
-        spent = 0.0
-        for idx in batches:
-            t0 = time.perf_counter()
-            got = read(idx)
-            spent += time.perf_counter() - t0
-            assert got[0].shape[:2] == (len(idx), width), (side, got[0].shape)
-            for a in got:
-                h.update(np.ascontiguousarray(a).data)
-        ms.append(spent / len(batches) * 1e3)
-    return ms[0], ms[1], h.hexdigest()[:12]
+
+    def check(idx: Any, got: Any) -> None:
+        assert got[0].shape[:2] == (len(idx), width), (side, got[0].shape)
+
+    return two_passes(SIDES[side](path, width, kind), batches, check)
 
 
 def main() -> int:

@@ -42,14 +42,13 @@ found by offsets; 2026-12-05, 00:35): headrace 1.15 and 0.49 ms, datasets 18.6 a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _out import out
+from _timed import two_passes
 
 
 def write(path: Path, rows: int, shape: tuple[int, int]) -> Path:
@@ -105,21 +104,12 @@ def trial(
     side: str, path: Path, shape: tuple[int, int], batches: list[Any]
 ) -> tuple[float, float, str]:
     """(ms a batch of the first pass, of the second, digest) of one fresh reader reading
-    ``batches`` twice: the first pass maps each row's pages (an epoch's first touch),
-    the second finds them mapped."""
-    read = SIDES[side](path, shape)
-    h = hashlib.sha256()
-    ms = []
-    for _ in range(2):
-        spent = 0.0
-        for idx in batches:
-            t0 = time.perf_counter()
-            got = read(idx)
-            spent += time.perf_counter() - t0
-            assert got.shape == (len(idx), *shape) and got.dtype == np.float32, (side, got.shape)
-            h.update(np.ascontiguousarray(got).data)  # (untimed: SHA-256 of 3 MB is ~2 ms)
-        ms.append(spent / len(batches) * 1e3)
-    return ms[0], ms[1], h.hexdigest()[:12]
+    ``batches`` twice (the digest untimed: SHA-256 of 3 MB is ~2 ms)."""
+
+    def check(idx: Any, got: Any) -> None:
+        assert got.shape == (len(idx), *shape) and got.dtype == np.float32, (side, got.shape)
+
+    return two_passes(SIDES[side](path, shape), batches, check)
 
 
 def main() -> int:

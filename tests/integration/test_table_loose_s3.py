@@ -95,6 +95,24 @@ def test_array_features_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pa
         b.close()
 
 
+def _arrow_and_parquet(
+    s3: S3Fixture, tmp_path: Path, table: pa.Table, name: str, prefix: str
+) -> list[tuple[str, str]]:
+    """``table`` written as an Arrow file of one record batch (read in sub-windows on S3)
+    and as Parquet (row groups of 100), each also put on S3 under ``prefix``: (local
+    path, URL) of each."""
+    with pa.ipc.new_file(tmp_path / f"{name}.arrow", table.schema) as w:
+        w.write_table(table)
+    pq.write_table(table, tmp_path / f"{name}.parquet", row_group_size=100)
+    client = s3.server.info.boto3_client()
+    out = []
+    for file in (f"{name}.arrow", f"{name}.parquet"):
+        body = (tmp_path / file).read_bytes()
+        client.put_object(Bucket=BUCKET, Key=f"{prefix}/{file}", Body=body)
+        out.append((str(tmp_path / file), f"s3://{BUCKET}/{prefix}/{file}"))
+    return out
+
+
 def test_nested_lists_given_a_shape_read_alike_locally_and_on_s3(
     s3: S3Fixture, tmp_path: Path
 ) -> None:
@@ -104,21 +122,13 @@ def test_nested_lists_given_a_shape_read_alike_locally_and_on_s3(
     rng = np.random.default_rng(4)
     x = rng.random((400, 3, 5)).astype(np.float32)
     rows = [r.tolist() for r in x]
-    client = s3.server.info.boto3_client()
     kw = {"shuffle": "window", "window_rows": 128, "shapes": {"x": (3, 5)}}
     for copy in ("good", "bad"):
         if copy == "bad":
             rows[321] = rows[321][:2]
         t = pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float32()))), "i": range(400)})
-        with pa.ipc.new_file(tmp_path / f"{copy}.arrow", t.schema) as w:
-            w.write_table(t)
-        pq.write_table(t, tmp_path / f"{copy}.parquet", row_group_size=100)
-        for name in (f"{copy}.arrow", f"{copy}.parquet"):
-            client.put_object(
-                Bucket=BUCKET, Key=f"shaped/{name}", Body=(tmp_path / name).read_bytes()
-            )
-            url = f"s3://{BUCKET}/shaped/{name}"
-            a = TableSource(str(tmp_path / name), **kw)  # type: ignore[arg-type]
+        for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "shaped"):
+            a = TableSource(local, **kw)  # type: ignore[arg-type]
             b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
             if copy == "good":
                 # Without a shape: refused by name; an object's first row is not fetched
@@ -147,7 +157,6 @@ def test_rows_of_items_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pat
     counts = rng.integers(0, 7, 400)
     boxes = [rng.random((int(n), 4)).astype(np.float32) for n in counts]
     frames = [np.full((int(n) % 4, 3), i, np.float32).tolist() for i, n in enumerate(counts)]
-    client = s3.server.info.boto3_client()
     kw = {"shuffle": "window", "window_rows": 128, "shapes": {"frames": (None, 3)}, "width": 6}
     for copy in ("good", "bad"):
         if copy == "bad":
@@ -159,15 +168,8 @@ def test_rows_of_items_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pat
                 "i": range(400),
             }
         )
-        with pa.ipc.new_file(tmp_path / f"{copy}.arrow", t.schema) as w:
-            w.write_table(t)
-        pq.write_table(t, tmp_path / f"{copy}.parquet", row_group_size=100)
-        for name in (f"{copy}.arrow", f"{copy}.parquet"):
-            client.put_object(
-                Bucket=BUCKET, Key=f"items/{name}", Body=(tmp_path / name).read_bytes()
-            )
-            url = f"s3://{BUCKET}/items/{name}"
-            a = TableSource(str(tmp_path / name), **kw)  # type: ignore[arg-type]
+        for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "items"):
+            a = TableSource(local, **kw)  # type: ignore[arg-type]
             b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
             if copy == "good":
                 got = b.read(0, np.arange(400))
@@ -203,23 +205,15 @@ def test_fields_of_a_list_of_structs_read_alike_locally_and_on_s3(
     ]
     box = pa.list_(pa.float32(), 4)
     typ = pa.list_(pa.struct([("bbox", box), ("category", pa.int64())]))
-    client = s3.server.info.boto3_client()
     kw = {"columns": ["objects.bbox", "objects.category", "i"], "width": 6}
     kw |= {"shuffle": "window", "window_rows": 128}
     for copy in ("good", "bad"):
         if copy == "bad":
             rows[321] = [None]
         t = pa.table({"objects": pa.array(rows, typ), "i": range(400)})
-        with pa.ipc.new_file(tmp_path / f"{copy}.arrow", t.schema) as w:
-            w.write_table(t)
-        pq.write_table(t, tmp_path / f"{copy}.parquet", row_group_size=100)
-        for name in (f"{copy}.arrow", f"{copy}.parquet"):
-            client.put_object(
-                Bucket=BUCKET, Key=f"objs/{name}", Body=(tmp_path / name).read_bytes()
-            )
-            url = f"s3://{BUCKET}/objs/{name}"
+        for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "objs"):
             if copy == "good":
-                a = TableSource(str(tmp_path / name), **kw)  # type: ignore[arg-type]
+                a = TableSource(local, **kw)  # type: ignore[arg-type]
                 b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
                 got = b.read(0, np.arange(400))
                 assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
@@ -233,7 +227,7 @@ def test_fields_of_a_list_of_structs_read_alike_locally_and_on_s3(
                 message = r"row 321 does not have the column's shape \[None, 4\]: a null list"
                 boxes = {**kw, "columns": ["objects.bbox", "i"]}
                 with pytest.raises(FormatError, match=message):
-                    TableSource(str(tmp_path / name), **boxes).read(0, np.arange(400))  # type: ignore[arg-type]
+                    TableSource(local, **boxes).read(0, np.arange(400))  # type: ignore[arg-type]
                 with pytest.raises(FormatError, match=f"{url}: column 'objects.bbox': {message}"):
                     TableSource(url, store_options=options(s3), **boxes).read(0, np.arange(400))  # type: ignore[arg-type]
                 cats = {**kw, "columns": ["objects.category", "i"]}

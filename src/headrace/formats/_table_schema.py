@@ -511,8 +511,7 @@ def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[st
             listed, typ = typ, typ.value_type
         if not pa.types.is_struct(typ):
             raise ConfigError(
-                f"{where}: column {name!r}: {at!r} is {typ}, not a struct; it has no field "
-                f"{part!r}"
+                f"{where}: column {name!r}: {at!r} is {typ}, not a struct; it has no field {part!r}"
             )
         i = typ.get_field_index(part)
         if i < 0:
