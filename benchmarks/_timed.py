@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +47,31 @@ def two_passes(
                 h.update(np.ascontiguousarray(a).data)
         ms.append(spent / len(batches) * 1e3)
     return ms[0], ms[1], h.hexdigest()[:12]
+
+
+def compare_sides(
+    sides: Sequence[str], trials: int, run: Callable[[str], tuple[float, float, str]]
+) -> None:
+    """``trials`` rounds of ``run(side)`` (:func:`two_passes` of a fresh reader), the
+    sides rotated a round, then a table of each pass's medians against the last side's."""
+    from _out import out
+
+    res: dict[str, list[tuple[float, float, str]]] = {s: [] for s in sides}
+    for t in range(trials):
+        k = t % len(sides)
+        for side in [*sides[k:], *sides[:k]]:
+            res[side].append(run(side))
+    out(f"| side | pass | ms a batch (min-max) | x {sides[-1]}'s time | sha256 |")
+    out("|---|---|---|---|---|")
+    for k, name in enumerate(("first", "second")):
+        base = statistics.median(r[k] for r in res[sides[-1]])
+        for side, rs in res.items():
+            ms = [r[k] for r in rs]
+            med = statistics.median(ms)
+            out(
+                f"| {side} | {name} | {med:.3f} ({min(ms):.3f}-{max(ms):.3f}) | "
+                f"{med / base:.2f}x | {', '.join(sorted({r[2] for r in rs}))} |"
+            )
 
 
 def write_padded_rows(root: Path, rows: int, width: int, vocab: int, longest: int) -> None:

@@ -73,13 +73,12 @@ objects, and ``take`` copies each of the batch's ~5,600 inner lists apart.
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _out import out
-from _timed import two_passes
+from _timed import compare_sides, two_passes
 
 Read = Any  # idx -> (items (B, W, *shape), [categories (B, W),] mask (B, W))
 FRAME = 128  # numbers a frame
@@ -257,22 +256,7 @@ def main() -> int:
         f"{rows:,} rows of {a.kind} (save_to_disk, 4 shards), B=32, width {width}, "
         f"{a.batches} batches a trial"
     )
-    res: dict[str, list[tuple[float, float, str]]] = {s: [] for s in SIDES}
-    order = list(SIDES)
-    for t in range(a.trials):
-        for side in order[t % 3 :] + order[: t % 3]:
-            res[side].append(trial(side, path, width, a.kind, batches))
-    out("| side | pass | ms a batch (min-max) | x headrace's time | sha256 |")
-    out("|---|---|---|---|---|")
-    for k, name in enumerate(("first", "second")):
-        base = statistics.median(r[k] for r in res["headrace"])
-        for side, rs in res.items():
-            ms = [r[k] for r in rs]
-            digests = sorted({r[2] for r in rs})
-            out(
-                f"| {side} | {name} | {statistics.median(ms):.3f} ({min(ms):.3f}-{max(ms):.3f}) "
-                f"| {statistics.median(ms) / base:.2f}x | {', '.join(digests)} |"
-            )
+    compare_sides(list(SIDES), a.trials, lambda side: trial(side, path, width, a.kind, batches))  # type: ignore[arg-type]
     return 0
 
 

@@ -42,13 +42,12 @@ found by offsets; 2026-12-05, 00:35): headrace 1.15 and 0.49 ms, datasets 18.6 a
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _out import out
-from _timed import two_passes
+from _timed import compare_sides, two_passes
 
 
 def write(path: Path, rows: int, shape: tuple[int, int]) -> Path:
@@ -127,22 +126,7 @@ def main() -> int:
     rng = np.random.default_rng(1)
     batches = [np.sort(rng.choice(a.rows, 32, replace=False)) for _ in range(a.batches)]
     out(f"{a.rows:,} rows of {shape} float32 (save_to_disk), B=32, {a.batches} batches a trial")
-    res: dict[str, list[tuple[float, float, str]]] = {s: [] for s in SIDES}
-    order = list(SIDES)
-    for t in range(a.trials):
-        for side in order[t % 3 :] + order[: t % 3]:
-            res[side].append(trial(side, path, shape, batches))  # type: ignore[arg-type]
-    out("| side | pass | ms a batch (min-max) | x headrace's time | sha256 |")
-    out("|---|---|---|---|---|")
-    for k, name in enumerate(("first", "second")):
-        base = statistics.median(r[k] for r in res["headrace"])
-        for side, rs in res.items():
-            ms = [r[k] for r in rs]
-            med = statistics.median(ms)
-            out(
-                f"| {side} | {name} | {med:.2f} ({min(ms):.2f}-{max(ms):.2f}) | "
-                f"{med / base:.2f}x | {','.join(sorted({r[2] for r in rs}))} |"
-            )
+    compare_sides(list(SIDES), a.trials, lambda side: trial(side, path, shape, batches))  # type: ignore[arg-type]
     return 0
 
 
