@@ -228,6 +228,35 @@ def test_rows_of_items_of_a_shape_pad_as_whole_items() -> None:
     assert pad_batch(ints, dtype=np.int16)[0].tolist() == [[[1, 2]], [[3, 300]]]
 
 
+def test_array_rows_of_items_of_a_shape_pad_as_whole_items() -> None:
+    # A collate_fn's rows of boxes, (n, 4) each: (B, width, 4) and a (B, width) mask.
+    # Until 2026-12-05 refused ("rows must be 1-D").
+    rng = np.random.default_rng(6)
+    rows = [rng.random((n, 4)).astype(np.float32) for n in (2, 0, 4)]
+    out, mask = pad_batch(rows, pad_value=-1.0)
+    assert out.shape == (3, 4, 4) and mask.tolist() == [[1, 1, 0, 0], [0] * 4, [1] * 4]
+    for i, r in enumerate(rows):
+        np.testing.assert_array_equal(out[i][: len(r)], r)
+    assert (out[0, 2:] == -1).all()
+    left, lmask = pad_batch(rows, side="left", width=5)
+    np.testing.assert_array_equal(left[0, 3:], rows[0])
+    assert lmask[0].tolist() == [0, 0, 0, 1, 1]
+    cut, _ = pad_batch(rows, width=3, truncate=True)
+    np.testing.assert_array_equal(cut[2], rows[2][:3])
+    with pytest.raises(ConfigError, match=r"row 2 has 4 items, more than width=3"):
+        pad_batch(rows, width=3)
+    with pytest.raises(ConfigError, match=r"row 1 has shape \(3, 5\); rows must be 1-D, or all"):
+        pad_batch([np.zeros((2, 4)), np.zeros((3, 5))])
+    with pytest.raises(ConfigError, match=r"pass rows of items of a shape as NumPy arrays"):
+        pad_batch([[[1, 2]], [[3, 4]]])
+    with pytest.raises(DataError, match=r"row 1 holds 300, which does not fit dtype int8"):
+        pad_batch([np.array([[1, 2]]), np.array([[3, 300]])], dtype=np.int8)
+    torch = pytest.importorskip("torch")
+    t, tmask = pad_batch([torch.ones(2, 3), torch.zeros(1, 3)])
+    assert isinstance(t, torch.Tensor) and tuple(t.shape) == (2, 2, 3)
+    assert tmask.tolist() == [[True, True], [True, False]]
+
+
 def test_matches_naive_padder_on_random_rows() -> None:
     rng = np.random.default_rng(7)
     rows = [rng.integers(0, 50_000, rng.integers(0, 64)).tolist() for _ in range(33)]

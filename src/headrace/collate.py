@@ -64,8 +64,9 @@ def pad_batch(
 ) -> Any:
     """Pad rows to one ``(B, width)`` array; return ``(values, mask)`` or just ``values``.
 
-    A :class:`~headrace.formats.Ragged` whose values hold items of a shape (values
-    ``(N, 4)``: boxes) pads whole items, to ``(B, width, 4)`` and a ``(B, width)`` mask.
+    Rows of items of a shape (a :class:`~headrace.formats.Ragged` of values ``(N, 4)``,
+    or NumPy arrays or tensors ``(n_i, 4)``: boxes) pad whole items, to ``(B, width,
+    4)`` and a ``(B, width)`` mask.
 
     ``side`` says where padding goes ("left" for decoder prompts).
     ``width=None`` pads to the longest row; an ``int`` fixes it, and a longer
@@ -116,7 +117,7 @@ def pad_batch(
     if rows is not None:
         # Inferred, the rows' result type may be lossy too: int64 and uint64 make float64.
         _check_rows(rows, out_dtype, w if truncate else None, inferred=dtype is None)
-        out = np.full((n, w), pad_value, dtype=out_dtype)
+        out = np.full((n, w, *rows[0].shape[1:]), pad_value, dtype=out_dtype)
         mask = np.empty((n, w), dtype=np.bool_)
         _fill_rows(rows, lengths, out, mask, left=side == "left", truncate=truncate)
     else:
@@ -272,10 +273,12 @@ def _check_rows(
         flat = np.concatenate(parts)
         bad = _misfits(flat, dtype)
         if bad is not None and bad.any():
-            j = int(np.flatnonzero(bad)[0])
+            items = bad.reshape(len(flat), -1)  # (rows of items of a shape: by item)
+            j = int(np.flatnonzero(items.any(axis=1))[0])
             ends = np.cumsum([len(p) for p in parts])
             row = idx[int(np.searchsorted(ends, j, side="right"))]
-            raise _misfit_error(row, flat[j], dtype, inferred=inferred)
+            value = flat[j] if flat.ndim == 1 else flat[j][items[j].reshape(flat[j].shape)][0]
+            raise _misfit_error(row, value, dtype, inferred=inferred)
 
 
 def _check_flat(
@@ -360,10 +363,15 @@ def _flatten(
             )
         rows = [_tensor_array(i, r, dtype) for i, r in enumerate(rows)]
     lists = False
+    item = next((r.shape[1:] for r in rows if isinstance(r, np.ndarray)), ())
     for i, r in enumerate(rows):
         if isinstance(r, np.ndarray):
-            if r.ndim != 1:
-                raise errors.ConfigError(f"row {i} has shape {r.shape}; rows must be 1-D")
+            # Rows of items of a shape (a row of boxes: (n, 4)) pad as whole items.
+            if r.ndim < 1 or r.shape[1:] != item:
+                raise errors.ConfigError(
+                    f"row {i} has shape {r.shape}; rows must be 1-D, or all of items of one "
+                    f"shape (row {i}'s are {r.shape[1:]}, the first array row's {item})"
+                )
         elif isinstance(r, (list, tuple)):
             lists = True
         else:
@@ -391,7 +399,8 @@ def _flatten(
         values, offsets = _lists_to_array(rows, flat, offsets, np.dtype(dtype), keep)
     if values.ndim != 1:
         raise errors.ConfigError(
-            f"rows must be flat sequences of numbers (got items of shape {values.shape[1:]})"
+            f"rows of lists must be flat sequences of numbers (got items of shape "
+            f"{values.shape[1:]}); pass rows of items of a shape as NumPy arrays or tensors"
         )
     return values, offsets, None, False
 
