@@ -273,12 +273,12 @@ def _check_rows(
         flat = np.concatenate(parts)
         bad = _misfits(flat, dtype)
         if bad is not None and bad.any():
-            items = bad.reshape(len(flat), -1)  # (rows of items of a shape: by item)
-            j = int(np.flatnonzero(items.any(axis=1))[0])
+            # By item (a number, or an item of a shape: a box), named by its first misfit.
+            items, bad = flat.reshape(len(flat), -1), bad.reshape(len(flat), -1)
+            j = int(np.flatnonzero(bad.any(axis=1))[0])
             ends = np.cumsum([len(p) for p in parts])
             row = idx[int(np.searchsorted(ends, j, side="right"))]
-            value = flat[j] if flat.ndim == 1 else flat[j][items[j].reshape(flat[j].shape)][0]
-            raise _misfit_error(row, value, dtype, inferred=inferred)
+            raise _misfit_error(row, items[j][bad[j]][0], dtype, inferred=inferred)
 
 
 def _check_flat(
@@ -288,14 +288,11 @@ def _check_flat(
     dropped. Items of a shape (``values`` of more than one dimension) are named by their
     first number that does not fit."""
     bad = _misfits(values, dtype)
-    if bad is None:
-        return
-    if values.ndim > 1:
-        flat, bad = values.reshape(len(values), -1), bad.reshape(len(values), -1)
-        rows = np.asarray(bad.any(axis=1))
-        _raise_first(rows, offsets, keep, lambda i: flat[i][bad[i]][0], dtype)
-        return
-    _raise_first(bad, offsets, keep, values.__getitem__, dtype)
+    if bad is not None:  # by item (a number, or an item of a shape: a box)
+        items, bad = values.reshape(len(values), -1), bad.reshape(len(values), -1)
+        _raise_first(
+            np.asarray(bad.any(axis=1)), offsets, keep, lambda i: items[i][bad[i]][0], dtype
+        )
 
 
 def _raise_first(
