@@ -272,6 +272,22 @@ def _write_datasets(root: Path) -> None:
     )
     (root / "whisper_features").mkdir()
     pq.write_table(whisper, root / "whisper_features" / "train-00000-of-00001.parquet")
+    # docs/rows.md "Rows of lists": a tokenized triplets dataset, an anchor's ids and
+    # 0 to 6 negatives' ids a row.
+    ids = np.random.default_rng(13).integers(0, 32_000, (24, 7, 40)).tolist()
+    (root / "triplets").mkdir()
+    pq.write_table(
+        pa.table(
+            {
+                "anchor_ids": pa.array([r[0][: 10 + i] for i, r in enumerate(ids)]),
+                "negative_ids": pa.array(
+                    [[n[: 5 + j] for j, n in enumerate(r[: i % 7])] for i, r in enumerate(ids)],
+                    pa.list_(pa.list_(pa.int32())),
+                ),
+            }
+        ),
+        root / "triplets" / "train-00000-of-00001.parquet",
+    )
     # docs/rows.md "Rows of items": a detection dataset's Parquet shard, its objects a
     # struct of lists as datasets stores them (bbox: lists of fixed-size lists of 4).
     counts = np.arange(24) % 7

@@ -236,3 +236,35 @@ def test_fields_of_a_list_of_structs_read_alike_locally_and_on_s3(
                 continue
             a.close()
             b.close()
+
+
+def test_rows_of_lists_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Path) -> None:
+    # Several token lists a row (shapes=(None, None)), padded at both levels; and, in
+    # another copy, a null id named alike.
+    rng = np.random.default_rng(10)
+    rows: list[object] = [
+        [rng.integers(0, 1000, int(rng.integers(1, 9))).tolist() for _ in range(i % 5)]
+        for i in range(400)
+    ]
+    kw = {"shapes": {"negs": (None, None)}, "widths": {"negs": (4, 8)}}
+    kw |= {"shuffle": "window", "window_rows": 128}
+    for copy in ("good", "bad"):
+        if copy == "bad":
+            rows[321] = [[1, None]]
+        t = pa.table({"negs": pa.array(rows, pa.list_(pa.list_(pa.int32()))), "i": range(400)})
+        for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "lists"):
+            a = TableSource(local, **kw)  # type: ignore[arg-type]
+            b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
+            if copy == "good":
+                got = b.read(0, np.arange(400))
+                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
+                for r, i in enumerate(got["i"]):
+                    assert got["negs_mask"][r].sum() == sum(map(len, rows[i]))  # type: ignore[arg-type]
+            else:
+                message = r"column 'negs': 1 row\(s\) hold null list items.*rows 321"
+                with pytest.raises(FormatError, match=message):
+                    a.read(0, np.arange(400))
+                with pytest.raises(FormatError, match=f"{url}: {message}"):
+                    b.read(0, np.arange(400))
+            a.close()
+            b.close()

@@ -35,7 +35,7 @@ from headrace.formats._npz import decode_npz, encode_npz
 from headrace.formats._packed import table_token_files
 from headrace.formats._pairs import PairRows
 from headrace.formats._positions import cu_seqlens
-from headrace.formats._ragged import Ragged
+from headrace.formats._ragged import Nested, Ragged
 from headrace.formats._row_file import RowFile, open_row_file, write_row_file
 from headrace.formats._row_plan import sample_rows
 from headrace.formats._rows import PaddedRows
@@ -64,6 +64,7 @@ __all__ = [
     "MDSStats",
     "MEGATRON_MAGIC",
     "MegatronIndex",
+    "Nested",
     "OnCorrupt",
     "PaddedRows",
     "PairRows",

@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError
 
-__all__ = ["Ragged"]
+__all__ = ["Nested", "Ragged"]
 
 
 def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None:
@@ -167,3 +167,65 @@ class Ragged:
         total = int(kept.sum())
         step = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(kept) - kept, kept)
         out[mask] = values[np.repeat(offsets[:-1], kept) + step]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Nested:
+    """Rows of lists of different lengths (a row of token lists: several negatives):
+    row ``i`` holds lists ``offsets[i]`` to ``offsets[i + 1]`` of ``lists``, list ``j``
+    being ``values[lists[j]:lists[j + 1]]``. Both offset arrays start at 0."""
+
+    values: NDArray[np.generic]
+    lists: NDArray[np.int64]
+    offsets: NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.offsets.size) - 1
+
+    def row(self, i: int) -> list[NDArray[np.generic]]:
+        """Row ``i``'s lists, as views of ``values``."""
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return [self.values[int(self.lists[j]) : int(self.lists[j + 1])] for j in range(a, b)]
+
+    def overflow(self, widths: tuple[int, int]) -> tuple[int, str] | None:
+        """The first row with more lists than ``widths[0]``, or a list of more items than
+        ``widths[1]``, and what it has (``None``: none)."""
+        counts = np.diff(self.offsets)
+        if (counts > widths[0]).any():
+            i = int(np.flatnonzero(counts > widths[0])[0])
+            return i, f"has {int(counts[i])} lists, more than {widths[0]}"
+        sizes = np.diff(self.lists)
+        if (sizes > widths[1]).any():
+            j = int(np.flatnonzero(sizes > widths[1])[0])
+            i = int(np.searchsorted(self.offsets, j, side="right")) - 1
+            return i, (
+                f"has a list of {int(sizes[j])} items (list {j - int(self.offsets[i])}), more "
+                f"than {widths[1]}"
+            )
+        return None
+
+    def pad(
+        self, widths: tuple[int, int], *, pad_value: int | float | bool = 0, truncate: bool = False
+    ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
+        """``(rows, lists, items)`` values and mask, each row's lists padded to
+        ``widths[0]`` and each list's items to ``widths[1]`` on the right; a row of more
+        lists, or a list of more items, raises :class:`ConfigError` naming it, unless
+        ``truncate`` (its first ones kept). One allocation each, no per-row loop."""
+        check_pad_value(pad_value, self.values.dtype)
+        w1, w2 = widths
+        n = len(self)
+        if not truncate and (over := self.overflow(widths)) is not None:
+            raise ConfigError(f"row {over[0]} {over[1]}; pass truncate=True to keep its first ones")
+        counts = np.diff(self.offsets)
+        sizes = np.diff(self.lists)
+        row = np.repeat(np.arange(n, dtype=np.int64), counts)  # each list's row
+        place = np.arange(sizes.size, dtype=np.int64) - np.repeat(self.offsets[:-1], counts)
+        kept = place < w1
+        keep = np.minimum(sizes, w2) * kept  # items kept of each list
+        out = np.full((n, w1, w2), pad_value, dtype=self.values.dtype)
+        mask = np.zeros((n, w1, w2), dtype=np.bool_)
+        mask[row[kept], place[kept]] = np.arange(w2) < keep[kept][:, None]
+        # The mask walks out row-major: each kept list's first items, in order.
+        step = np.arange(int(keep.sum()), dtype=np.int64) - np.repeat(np.cumsum(keep) - keep, keep)
+        out[mask] = self.values[np.repeat(self.lists[:-1], keep) + step]
+        return out, mask

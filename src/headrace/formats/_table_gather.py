@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from headrace.errors import FormatError
 from headrace.formats._arrow_numpy import numbers, valid_rows, zero_filled
 from headrace.formats._map_fill import FillPolicy
-from headrace.formats._ragged import Ragged
+from headrace.formats._ragged import Nested, Ragged
 from headrace.formats._table_fill import fill_maps, mapped
 from headrace.formats._table_nulls import Misshapen, item_check, null_check, null_item_rows
 from headrace.formats._table_schema import VIEWS, TableColumn
@@ -51,6 +51,8 @@ def column_view(pa: Any, col: TableColumn, path: str, where: str, arr: Any) -> t
             return _array_view(pa, col, arr)
         if col.item_shape:
             return _items_view(pa, col, arr)
+        if col.kind == "nested":
+            return _lists_view(arr)
         if col.kind == "ragged":
             arr.values.validate()
         else:
@@ -239,6 +241,66 @@ def _items_view(pa: Any, col: TableColumn, arr: Any) -> tuple[Any, ...]:
     return values, offsets, valid, Misshapen(shape, bad, row_found, row_expected, nulls)
 
 
+def _lists_view(arr: Any) -> tuple[Any, ...]:
+    """``(values, lists, offsets, valid, holes)`` of a span of a column of rows of lists
+    (``shapes=(None, None)``): row ``i``'s lists are ``offsets[i]`` to ``offsets[i + 1]``,
+    list ``j`` is ``values[lists[j]:lists[j + 1]]``; ``holes``: the rows holding a null
+    list or a null number (their places zeros), refused when read."""
+    arr.validate()
+    valid = valid_rows(arr) if arr.null_count else None
+    raw = numbers(arr.offsets, zero_copy_only=True).astype(np.int64)
+    inner = arr.values.slice(int(raw[0]), int(raw[-1] - raw[0]))
+    raw_lists = numbers(inner.offsets, zero_copy_only=True).astype(np.int64)
+    offsets, lists = raw - raw[0], raw_lists - raw_lists[0]
+    if (np.diff(offsets) < 0).any() or (np.diff(lists) < 0).any():
+        raise ValueError("a list of negative length")  # damaged offsets
+    items = inner.values.slice(int(raw_lists[0]), int(lists[-1]))
+    odd = np.zeros(len(inner), dtype=bool)  # lists that are null or hold null numbers
+    if inner.null_count:
+        odd |= ~valid_rows(inner)
+    if items.null_count:
+        odd[np.searchsorted(lists, np.flatnonzero(~valid_rows(items)), side="right") - 1] = True
+    holes = None
+    if odd.any():
+        holes = np.zeros(len(arr), dtype=bool)
+        holes[np.searchsorted(offsets, np.flatnonzero(odd), side="right") - 1] = True
+        holes = _holes(np.flatnonzero(holes if valid is None else holes & valid), len(arr))
+    return zero_filled(items), lists, offsets, valid, holes
+
+
+def _gather_lists(
+    parts: Sequence[Any], spans: Spans, col: TableColumn, n: int, groups: Groups, views: Views
+) -> Nested:
+    """Column ``col`` (rows of lists) of ``n`` rows, as :func:`gather`'s: each row's lists
+    and their values copied in one piece a row."""
+    name = col.name
+    counts = [0] * n
+    sizes: list[Any] = [None] * n
+    pieces: list[Any] = [None] * n
+    for s, pos, loc in groups:
+        values, lists, offs, valid, holes = views[s][name]
+        null_check(parts, spans, name, s, valid, loc)
+        item_check(parts, spans, name, s, holes, loc)
+        for p, r in zip(pos.tolist(), loc.tolist(), strict=True):
+            a, b = int(offs[r]), int(offs[r + 1])
+            if not 0 <= a <= b < lists.size or not 0 <= lists[a] <= lists[b] <= values.size:
+                row = int(spans.starts[s]) + r
+                raise FormatError(
+                    f"{parts[int(spans.part[s])].path}: column {name!r}: row {row} spans lists "
+                    f"[{a}, {b}) of {lists.size - 1}: corrupt list offsets (expected them to "
+                    "rise, within the lists)"
+                )
+            counts[p], sizes[p] = b - a, np.diff(lists[a : b + 1])
+            pieces[p] = values[int(lists[a]) : int(lists[b])]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    every = np.concatenate(sizes) if n else np.empty(0, np.int64)
+    out_lists = np.zeros(every.size + 1, dtype=np.int64)
+    np.cumsum(every, out=out_lists[1:])
+    values = np.concatenate(pieces) if n else np.empty(0, col.dtype)
+    return Nested(values=values, lists=out_lists, offsets=offsets)
+
+
 def gather(
     parts: Sequence[Any],
     spans: Spans,
@@ -247,11 +309,13 @@ def gather(
     groups: Groups,
     views: Views,
     fill: FillPolicy | None = None,
-) -> NDArray[Any] | Ragged:
+) -> NDArray[Any] | Ragged | Nested:
     """Column ``col`` of ``n`` rows: ``groups`` are ``(span, positions in the output,
     rows in the span)``, ``views`` each span's :func:`column_view`; ``fill``: lists'
     values pages filled first (counted there)."""
     name = col.name
+    if col.kind == "nested":
+        return _gather_lists(parts, spans, col, n, groups, views)
     if col.kind in ("scalar", "fixed"):
         shape = (n,) if col.kind == "scalar" else (n, col.width)
         dense = np.empty(shape, dtype=col.dtype)

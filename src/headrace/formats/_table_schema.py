@@ -61,7 +61,7 @@ def check_shapes(shapes: object) -> dict[str, tuple[int | None, ...]]:
             and 1 <= len(dims) <= 5
             and all(
                 (isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1)
-                or (d is None and i == 0)
+                or (d is None and (i == 0 or dims == (None, None)))
                 for i, d in enumerate(dims)
             )
         )
@@ -69,7 +69,8 @@ def check_shapes(shapes: object) -> dict[str, tuple[int | None, ...]]:
             raise ConfigError(
                 f"shapes[{name!r}] must be a tuple of 1 to 5 dimensions of at least 1, e.g. "
                 f"(80, 3000), the first of which may be None (rows of as many items as each "
-                f"has, e.g. (None, 4) for boxes) (got {shape!r})"
+                f"has, e.g. (None, 4) for boxes), or (None, None) for rows of lists of any "
+                f"length (got {shape!r})"
             )
         assert dims is not None
         out[name] = tuple(None if d is None else int(d) for d in dims)
@@ -112,7 +113,7 @@ class TableColumn:
 
     name: str
     arrow_type: str
-    kind: str  # "scalar" | "fixed" | "ragged" | "bytes"
+    kind: str  # "scalar" | "fixed" | "ragged" | "nested" (lists of lists) | "bytes"
     dtype: np.dtype[Any]
     width: int = 0  # for "fixed"
     #: each row's shape, for a "fixed" column of nested lists (a ``datasets`` ArrayND
@@ -139,7 +140,7 @@ class TableColumn:
     @property
     def listed(self) -> bool:
         """Whether the values are a list's items, each of which may be null apart."""
-        return self.kind in ("ragged", "fixed") and not self.fixed_bytes
+        return self.kind in ("ragged", "fixed", "nested") and not self.fixed_bytes
 
 
 def _bytes_field(pa: Any, typ: Any) -> Any:
@@ -268,6 +269,10 @@ def _shaped_column(
             )
     if len(levels) == 1 and (t.is_fixed_size_list(typ) or shape[0] is None):
         return classify_column(pa, name, typ, path)  # (B, k), or lists of numbers
+    if shape == (None, None):  # rows of lists of any length, padded at both levels
+        return TableColumn(
+            name=name, arrow_type=str(typ), kind="nested", dtype=numeric_dtype(pa, item)
+        )
     return _nested_column(name, typ, numeric_dtype(pa, item), shape)
 
 

@@ -24,7 +24,7 @@ from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import PNG16_PART, ImageMode
 from headrace.formats._names import ambiguous_names
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT
-from headrace.formats._ragged import Ragged, check_pad_value, check_width
+from headrace.formats._ragged import Nested, Ragged, check_pad_value, check_width
 from headrace.formats._row_plan import (
     RowWindows,
     ShuffleMode,
@@ -122,7 +122,7 @@ class TableSource:
         *,
         columns: Sequence[str] | None = None,
         width: int | None = None,
-        widths: Mapping[str, int] | None = None,
+        widths: Mapping[str, int | tuple[int, int]] | None = None,
         pad_values: Mapping[str, int] | None = None,
         label_columns: Sequence[str] | None = None,
         ignore_index: int = -100,
@@ -205,7 +205,9 @@ class TableSource:
                 "are decoded, not padded (leave them out, or read the bytes with images=[])"
             )
         fixed = [
-            c for c in sorted(set(widths) | set(pads)) if cols[c].kind not in ("ragged", "bytes")
+            c
+            for c in sorted(set(widths) | set(pads))
+            if cols[c].kind not in ("ragged", "bytes", "nested")
         ]
         if fixed:
             raise ConfigError(
@@ -214,6 +216,8 @@ class TableSource:
                 "lists and binary columns are padded"
             )
         self.widths: dict[str, int] = {}
+        #: rows of lists (``shapes=(None, None)``): lists a row and items a list
+        self.list_widths = self._list_widths(widths, width, pad_side)
         for c in self.names:
             if cols[c].kind not in ("ragged", "bytes") or c in self.images:
                 continue
@@ -228,9 +232,8 @@ class TableSource:
                 self.widths[c] = check_width(w, 1)
             except ValueError as exc:
                 raise ConfigError(f"{self._where()}: width of {c!r} {exc}") from exc
-        clash = [(c, f"{c}_mask", "the padding mask") for c in self.widths] + [
-            (c, f"{c}_shape", "the image shapes") for c in self.images
-        ]
+        clash = [(c, f"{c}_mask", "the padding mask") for c in [*self.widths, *self.list_widths]]
+        clash += [(c, f"{c}_shape", "the image shapes") for c in self.images]
         for c, key, what in clash:
             if key in self.names:
                 raise ConfigError(
@@ -249,7 +252,7 @@ class TableSource:
             c: v.item() if isinstance(v, np.generic) else v
             for c, v in (
                 (c, ignore_index if c in self.label_columns else pads.get(c, 0))
-                for c in self.widths
+                for c in [*self.widths, *self.list_widths]
             )
         }
         for c, v in self.pad_values.items():
@@ -339,6 +342,34 @@ class TableSource:
             )
         return names
 
+    def _list_widths(
+        self, widths: Mapping[str, Any], width: object, pad_side: str
+    ) -> dict[str, tuple[int, int]]:
+        """Each column of rows of lists, with its ``(lists, items)`` widths from
+        ``widths``: a pair is needed (``width=`` gives one number), right padding only."""
+        out = {}
+        for c in self.names:
+            if self.table.columns[c].kind != "nested":
+                continue
+            w = widths.get(c)
+            if not isinstance(w, (tuple, list)) or len(w) != 2:
+                raise ConfigError(
+                    f"{self._where()}: column {c!r} holds rows of lists of any length "
+                    f"(shapes={{{c!r}: (None, None)}}); give it widths={{{c!r}: (lists, "
+                    f"items)}}, e.g. (8, 128): lists a row and items a list (got {w!r}"
+                    f"{'' if c in widths else f', width={width!r}'})"
+                )
+            if pad_side != "right":
+                raise ConfigError(
+                    f"{self._where()}: column {c!r} holds rows of lists, padded on the right "
+                    f"only (pad_side={pad_side!r})"
+                )
+            try:
+                out[c] = (check_width(w[0], 1), check_width(w[1], 1))
+            except ValueError as exc:
+                raise ConfigError(f"{self._where()}: widths of {c!r} {exc}") from exc
+        return out
+
     def _vocab_columns(self, vocab_size: int | Mapping[str, int] | None) -> dict[str, int]:
         """The token columns checked, each with its vocabulary size: ``vocab_size``'s
         columns (integer lists, padded or fixed-size, or plain integers), or (an int)
@@ -354,7 +385,7 @@ class TableSource:
             and not cols[c].fixed_bytes
             and not cols[c].item_shape
         ]
-        lists = [c for c in ints if cols[c].kind in ("ragged", "fixed")]
+        lists = [c for c in ints if cols[c].kind in ("ragged", "fixed", "nested")]
         if isinstance(vocab_size, Mapping):
             vocab = {c: check_vocab_size(v) for c, v in vocab_size.items()}
             wrong = [c for c in vocab if c not in ints]
@@ -403,6 +434,12 @@ class TableSource:
             "schema": self.table.fingerprint,
             "columns": self.names,
             "widths": self.widths,
+            # Only with rows of lists read, so states saved before they were stay valid.
+            **(
+                {"list_widths": {c: list(w) for c, w in self.list_widths.items()}}
+                if self.list_widths
+                else {}
+            ),
             "pad_values": self.pad_values,
             "pad_side": self.pad_side,
             "truncate": self.truncate,
@@ -557,6 +594,19 @@ class TableSource:
                         ) from exc
                     raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
                 out[c], out[f"{c}_mask"] = values, mask
+            elif isinstance(v, Nested):
+                pair = self.list_widths[c]
+                beyond = None if self.truncate else v.overflow(pair)
+                if beyond is not None:  # name the table's row, not the batch's
+                    at, what = beyond
+                    raise ConfigError(
+                        f"{self._where()}: column {c!r}: row {int(rows[at])} (sample "
+                        f"{int(samples[at])}) {what} (widths={pair}); pass truncate=True to "
+                        "keep the first ones"
+                    )
+                out[c], out[f"{c}_mask"] = v.pad(
+                    pair, pad_value=self.pad_values[c], truncate=self.truncate
+                )
             else:
                 out[c] = v
         if self.vocab:
@@ -586,16 +636,19 @@ class TableSource:
         )
         ids = out[c].reshape(len(rows), -1)
         if out[c].ndim > 1:
-            item = j  # the position among the row's items: left padding ends them at the last
+            # A row of a shape ((2, 1024): chunks of ids; rows of lists) says where by each
+            # dimension; a list's place is the same padded or not (padded on the right).
+            shaped = out[c].ndim > 2
+            place = [int(d) for d in np.unravel_index(j, out[c].shape[1:])] if shaped else j
             if c in self.pad_values:
                 # Its items only: the padding headrace wrote is no id of the sample's.
-                items = out[c][i][out[f"{c}_mask"][i]]
-                if self.pad_side == "left":
-                    item -= self.widths[c] - items.size
+                mask = out[f"{c}_mask"][i]
+                items = out[c][i][mask]
+                item = int(np.count_nonzero(mask.reshape(-1)[:j]))  # (right padding: j)
+                if self.pad_side == "left":  # left padding ends them at the last
+                    item = j - (self.widths[c] - items.size)
+                    place = item
                 ids, i, j = items[None, :], 0, item
-            # A row of a shape ((2, 1024): chunks of ids) says where by each dimension.
-            shaped = out[c].ndim > 2
-            place = [int(d) for d in np.unravel_index(item, out[c].shape[1:])] if shaped else item
             where += f", position {place}"
         raise outside_error(where, ids, (i, j), vocab)
 

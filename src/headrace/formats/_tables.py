@@ -17,6 +17,7 @@ integer, floating, bool                         ``(B,)`` array of that dtype
 ``fixed_size_list<number>[k]``                  ``(B, k)`` array
 ``list`` / ``large_list`` of number             :class:`Ragged` (values + offsets)
 lists of fixed-size lists of number (boxes)     :class:`Ragged` of ``(items, k)`` values
+lists of lists given ``shapes=(None, None)``    :class:`Nested` (values, lists, offsets)
 ``string`` / ``binary`` (and ``large_``)        :class:`Ragged` of ``uint8`` bytes
 a struct's field, named ``column.field``        as that field's type (``_table_schema``)
 ==============================================  ===================================
@@ -55,7 +56,7 @@ from headrace.formats._object_files import (
     check_in_flight,
     check_store_options,
 )
-from headrace.formats._ragged import Ragged
+from headrace.formats._ragged import Nested, Ragged
 from headrace.formats._row_plan import check_window_rows
 from headrace.formats._table_fetch import decode_at_once, decode_span, fetch_spans, needs_decode
 from headrace.formats._table_fill import ahead_jobs, fill_maps, mapped, row_ranges
@@ -545,7 +546,7 @@ class Table(Closing):
         self,
         indices: Sequence[int] | NDArray[np.integer],
         columns: Sequence[str] | None = None,
-    ) -> dict[str, NDArray[Any] | Ragged]:
+    ) -> dict[str, NDArray[Any] | Ragged | Nested]:
         """The rows ``indices`` (in that order) of ``columns`` (default: all opened).
 
         Numbers come back as ``(B,)`` arrays, fixed-size lists as ``(B, k)``,
@@ -603,7 +604,7 @@ class Table(Closing):
             ranges = row_ranges(self._parts, self._spans, self._columns, names, groups, views)
             fill_maps(self._parts, self._spans, ranges, fill)
         t0 = time.perf_counter()
-        out: dict[str, NDArray[Any] | Ragged] = {}
+        out: dict[str, NDArray[Any] | Ragged | Nested] = {}
         for c in names:
             col = self._columns[c]
             out[c] = gather(self._parts, self._spans, col, idx.size, groups, views, fill)
