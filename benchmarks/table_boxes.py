@@ -1,7 +1,8 @@
 """Rows of as many items as each holds (boxes, frames), padded to a width, against what
 a user would do.
 
-Run: PYTHONPATH=src python benchmarks/table_boxes.py [--kind boxes|objects|frames] [--rows N]
+Run: PYTHONPATH=src python benchmarks/table_boxes.py [--kind boxes|objects|frames|lists]
+[--rows N]
 [--width W] [--batches 200] [--trials 5]
 
 Writes a ``datasets`` ``save_to_disk`` folder under /tmp laid out as a detection
@@ -12,7 +13,10 @@ with ``--kind objects``, the same objects as ``datasets``' newer ``List({...})``
 them (a list of structs, ``list<struct<bbox: fixed_size_list<float>[4], category>>``);
 with ``--kind frames``, ``frames`` as ``ds.map`` leaves a feature extractor's output of
 varying length, ``Sequence(Sequence(float32))`` (lists of lists, read with
-``shapes={"frames": (None, 128)}``), 50 to 299 frames of 128 a row (90 KB on average).
+``shapes={"frames": (None, 128)}``), 50 to 299 frames of 128 a row (90 KB on average);
+with ``--kind lists``, ``negs``, 0 to 7 token lists of 16 to 127 int32 ids a row
+(``Sequence(Sequence(Value("int32")))``, read with ``shapes={"negs": (None, None)}``,
+padded to ``(B, 8, 128)``).
 Each side reads the same batches of B=32 random rows as ``(B, width, 4)`` float32 boxes
 padded with -1, ``(B, width)`` int64 categories padded with -1, and a ``(B, width)``
 mask:
@@ -62,6 +66,19 @@ its first trial; 5 trials, 20,000 rows, width 16): headrace 0.551 and 0.442 ms,
 ``datasets`` 0.501 and 0.494 (0.91x, 1.12x), pyarrow 0.399 and 0.390 (0.72x, 0.88x);
 sha256 252c8cc47779 on every side, the boxes layout's: the same batches from either.
 
+``--kind lists`` prediction (written before its first trial): 32 rows of ~3.5 lists of
+~72 ids (32 KB a batch): headrace ~0.5 ms a batch (a row's lists copied in one piece,
+one vectorised scatter into (32, 8, 128), the per-record-batch work as for boxes);
+``datasets`` ~1.5 ms (8,000 ids made Python ints, then a list at a time: 3x);
+pyarrow ~0.35 ms (``take`` and the same scatter by hand: 0.7x). Measured (5 trials,
+20,000 rows, widths (8, 128), 2c, 2026-12-05): headrace 0.800 and 0.646 ms; ``datasets``
+0.712 and 0.716 (0.89x, 1.11x); pyarrow 2.048 and 1.783 (2.6x, 2.8x slower); sha256
+f108519a9e4d on every side. All three missed: headrace's per-record-batch work again
+(0.65, not 0.5; a first version, a row's offsets read one by one with NumPy scalars,
+took ~2 ms); ``datasets``' Python ints cost less than thought (0.72, not 1.5); and
+pyarrow's ``take`` of lists of lists, then flattened twice, is the slowest (1.8, not
+0.35), as for frames.
+
 ``--kind frames`` (no prediction written before its first trial; 5 trials, 2,000 rows,
 width 300, 2.9 MB of frames a batch): headrace 1.865 and 1.447 ms; ``datasets`` 40.4
 and 39.5 (21.6x and 27.3x); pyarrow 21.6 and 21.5 (11.6x and 14.9x); sha256
@@ -91,10 +108,21 @@ def write(path: Path, rows: int, kind: str) -> Path:
     if path.exists():
         return path
     rng = np.random.default_rng(0)
-    counts = rng.integers(50, 300, rows) if kind == "frames" else rng.integers(0, 13, rows)
+    counts = {"frames": (50, 300), "lists": (0, 8)}.get(kind, (0, 13))
+    counts = rng.integers(*counts, rows)
     offsets = np.zeros(rows + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
     n = int(offsets[-1])
+    if kind == "lists":
+        sizes = rng.integers(16, 128, n)
+        ends = np.zeros(n + 1, np.int32)
+        np.cumsum(sizes, out=ends[1:])
+        ids = rng.integers(0, 32_000, int(ends[-1]), dtype=np.int32)
+        negs = pa.ListArray.from_arrays(offsets, pa.ListArray.from_arrays(ends, ids))
+        datasets.Dataset(pa.table({"negs": negs, "id": np.arange(rows)})).save_to_disk(
+            str(path), num_shards=4
+        )
+        return path
     if kind == "frames":
         inner = pa.ListArray.from_arrays(
             np.arange(n + 1, dtype=np.int32) * FRAME, rng.random(n * FRAME, dtype=np.float32)
@@ -147,6 +175,14 @@ def _datasets(path: Path, width: int, kind: str) -> Read:
     def read(idx: Any) -> Any:
         b = len(idx)
         mask = np.zeros((b, width), bool)
+        if kind == "lists":
+            negs = np.zeros((b, width, 128), np.int32)
+            lmask = np.zeros((b, width, 128), bool)
+            for i, row in enumerate(ds[idx]["negs"]):
+                for j, ids in enumerate(row):
+                    negs[i, j, : len(ids)] = ids
+                    lmask[i, j, : len(ids)] = True
+            return negs, lmask
         if kind == "frames":
             frames = np.zeros((b, width, FRAME), np.float32)
             for i, f in enumerate(ds[idx]["frames"]):
@@ -175,6 +211,18 @@ def _pyarrow(path: Path, width: int, kind: str) -> Read:
     table = pa.concat_tables(pa.ipc.open_stream(pa.memory_map(str(s))).read_all() for s in shards)
 
     def read(idx: Any) -> Any:
+        if kind == "lists":  # the lists' rows and places, then one scatter
+            col = table.column("negs").take(idx).combine_chunks()
+            counts = np.diff(col.offsets.to_numpy())
+            lists = col.flatten()
+            sizes = np.diff(lists.offsets.to_numpy())
+            row = np.repeat(np.arange(len(idx)), counts)
+            place = np.arange(sizes.size) - np.repeat(np.cumsum(counts) - counts, counts)
+            lmask = np.zeros((len(idx), width, 128), bool)
+            lmask[row, place] = np.arange(128) < sizes[:, None]
+            negs = np.zeros((len(idx), width, 128), np.int32)
+            negs[lmask] = lists.flatten().to_numpy()
+            return negs, lmask
         col = table.column("frames" if kind == "frames" else "objects").take(idx).combine_chunks()
         if kind == "objects":  # each row's structs, their fields as lists of the same offsets
             structs = col.flatten()
@@ -203,6 +251,15 @@ def _pyarrow(path: Path, width: int, kind: str) -> Read:
 def _headrace(path: Path, width: int, kind: str) -> Read:
     from headrace.formats import TableSource
 
+    if kind == "lists":
+        src = TableSource(
+            path,
+            columns=["negs"],
+            shapes={"negs": (None, None)},
+            widths={"negs": (width, 128)},
+            shuffle=False,
+        )
+        return lambda idx: (lambda g: (g["negs"], g["negs_mask"]))(src.read(0, idx))
     if kind == "frames":
         src = TableSource(
             path, columns=["frames"], shapes={"frames": (None, FRAME)}, width=width, shuffle=False
@@ -239,14 +296,14 @@ def trial(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kind", choices=["boxes", "objects", "frames"], default="boxes")
+    ap.add_argument("--kind", choices=["boxes", "objects", "frames", "lists"], default="boxes")
     ap.add_argument("--rows", type=int, help="default: 20,000 boxes, 2,000 frames")
     ap.add_argument("--width", type=int, help="default: 16 boxes, 300 frames")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--trials", type=int, default=5)
     a = ap.parse_args()
     rows = a.rows or (2_000 if a.kind == "frames" else 20_000)
-    width = a.width or (300 if a.kind == "frames" else 16)
+    width = a.width or {"frames": 300, "lists": 8}.get(a.kind, 16)
     path = write(Path(f"/tmp/headrace-{a.kind}-{rows}"), rows, a.kind)
     for f in path.glob("*.arrow"):
         f.read_bytes()  # the page cache warm for every side

@@ -271,34 +271,57 @@ def _lists_view(arr: Any) -> tuple[Any, ...]:
 def _gather_lists(
     parts: Sequence[Any], spans: Spans, col: TableColumn, n: int, groups: Groups, views: Views
 ) -> Nested:
-    """Column ``col`` (rows of lists) of ``n`` rows, as :func:`gather`'s: each row's lists
-    and their values copied in one piece a row."""
+    """Column ``col`` (rows of lists) of ``n`` rows, as :func:`gather`'s: each row's lists'
+    values copied in one piece, their lengths taken from the offsets in one pass."""
     name = col.name
-    counts = [0] * n
-    sizes: list[Any] = [None] * n
+    first = np.empty(n, dtype=np.int64)  # each row's lists [first, last) ...
+    last = np.empty(n, dtype=np.int64)
+    start = np.empty(n, dtype=np.int64)  # ... and values [start, end) in its span
+    end = np.empty(n, dtype=np.int64)
+    ends: list[Any] = [None] * n  # each row's lists' offsets, ends[p][0] its start
     pieces: list[Any] = [None] * n
     for s, pos, loc in groups:
         values, lists, offs, valid, holes = views[s][name]
         null_check(parts, spans, name, s, valid, loc)
         item_check(parts, spans, name, s, holes, loc)
-        for p, r in zip(pos.tolist(), loc.tolist(), strict=True):
-            a, b = int(offs[r]), int(offs[r + 1])
-            if not 0 <= a <= b < lists.size or not 0 <= lists[a] <= lists[b] <= values.size:
-                row = int(spans.starts[s]) + r
-                raise FormatError(
-                    f"{parts[int(spans.part[s])].path}: column {name!r}: row {row} spans lists "
-                    f"[{a}, {b}) of {lists.size - 1}: corrupt list offsets (expected them to "
-                    "rise, within the lists)"
-                )
-            counts[p], sizes[p] = b - a, np.diff(lists[a : b + 1])
-            pieces[p] = values[int(lists[a]) : int(lists[b])]
+        a, b = offs[loc], offs[loc + 1]
+        first[pos], last[pos] = a, b
+        # Damaged offsets must not cut rows from the wrong lists or values (pyarrow
+        # checks none of a mapped file's): one check a span, naming the first bad row.
+        if (a > b).any() or (b >= lists.size).any():
+            _corrupt_lists(parts, spans, name, s, loc[(a > b) | (b >= lists.size)])
+        va, vb = lists[a], lists[b]
+        start[pos], end[pos] = va, vb
+        if (va > vb).any() or (vb > values.size).any():
+            _corrupt_lists(parts, spans, name, s, loc[(va > vb) | (vb > values.size)])
+        rows = zip(pos.tolist(), a.tolist(), b.tolist(), va.tolist(), vb.tolist(), strict=True)
+        for p, i, k, x, y in rows:
+            ends[p], pieces[p] = lists[i : k + 1], values[x:y]
+    counts = last - first
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    every = np.concatenate(sizes) if n else np.empty(0, np.int64)
-    out_lists = np.zeros(every.size + 1, dtype=np.int64)
-    np.cumsum(every, out=out_lists[1:])
-    values = np.concatenate(pieces) if n else np.empty(0, col.dtype)
-    return Nested(values=values, lists=out_lists, offsets=offsets)
+    if not n:
+        return Nested(values=np.empty(0, col.dtype), lists=np.zeros(1, np.int64), offsets=offsets)
+    # The lists' lengths: differences within each row's run of offsets, none across rows.
+    bounds = np.concatenate(ends).astype(np.int64)
+    steps = np.diff(bounds)
+    keep = np.ones(steps.size, dtype=bool)
+    keep[np.cumsum(counts + 1)[:-1] - 1] = False
+    lists_out = np.zeros(int(offsets[-1]) + 1, dtype=np.int64)
+    np.cumsum(steps[keep], out=lists_out[1:])
+    return Nested(values=np.concatenate(pieces), lists=lists_out, offsets=offsets)
+
+
+def _corrupt_lists(
+    parts: Sequence[Any], spans: Spans, name: str, span: int, rows: NDArray[np.int64]
+) -> None:
+    """Raise for the first of ``rows`` (of span ``span``) of column ``name``, whose lists'
+    offsets are corrupt."""
+    raise FormatError(
+        f"{parts[int(spans.part[span])].path}: column {name!r}: row "
+        f"{int(spans.starts[span]) + int(rows[0])}: corrupt list offsets (expected them to "
+        "rise, within the lists and their values)"
+    )
 
 
 def gather(
