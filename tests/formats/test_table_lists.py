@@ -148,3 +148,25 @@ def test_an_id_outside_the_vocabulary_is_named_by_list_and_place(tmp_path: Path)
     ) as info:
         src.read(0, np.arange(20))
     assert "1 of its 5 ids are outside" in str(info.value)
+
+
+@pytest.mark.parametrize("damage", ["inner", "outer"])
+def test_damaged_offsets_are_corrupt_data(tmp_path: Path, damage: str) -> None:
+    # Offsets written by hand into an Arrow file (its writer does not check their order):
+    # a list of negative length is the file's damage, named as such, never numbers from
+    # elsewhere in the column.
+    values = pa.array(np.arange(24, dtype=np.int32))
+    lists = np.arange(0, 25, 3, dtype=np.int32)  # 8 lists of 3 ids
+    rows = np.arange(0, 9, 2, dtype=np.int32)  # 4 rows of 2 lists
+    (lists if damage == "inner" else rows)[3] = 1
+    inner = pa.ListArray.from_buffers(
+        pa.list_(pa.int32()), 8, [None, pa.py_buffer(lists.tobytes())], children=[values]
+    )
+    outer = pa.ListArray.from_buffers(
+        pa.list_(inner.type), 4, [None, pa.py_buffer(rows.tobytes())], children=[inner]
+    )
+    with pa.ipc.new_file(tmp_path / "dmg.arrow", pa.schema([("x", outer.type)])) as w:
+        w.write_table(pa.table({"x": outer}))
+    tb = Table.open(tmp_path / "dmg.arrow", shapes={"x": (None, None)})
+    with pytest.raises(FormatError, match=r"dmg\.arrow: column 'x': corrupt data in record batch"):
+        tb.read_rows([0])
