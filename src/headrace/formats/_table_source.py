@@ -56,7 +56,9 @@ class TableSource:
     comes out as ``name`` ``(B, width)`` padded with ``pad_values[name]``
     (default 0) on ``pad_side``, plus ``name_mask`` (bool, True on real
     items). Longer rows raise unless ``truncate=True``. Number columns come
-    out as ``(B,)``, fixed-size lists as ``(B, k)``.
+    out as ``(B,)``, fixed-size lists as ``(B, k)``. A column of rows of lists
+    (``shapes={name: (None, None)}``) needs a pair, ``widths={name: (lists,
+    items)}``: ``(B, lists, items)`` and a mask of that shape, padded on the right.
 
     ``label_columns``: the padded columns that hold targets, padded with
     ``ignore_index`` (default -100, which PyTorch's ``cross_entropy`` and Hugging
