@@ -90,6 +90,11 @@ def test_a_row_past_the_widths_is_named_or_cut(tmp_path: Path) -> None:
         match=r"row 14 \(sample 14\) has a list of 12 items \(list 0\), more than 8",
     ):
         src.read(0, np.arange(10, 20))
+    with Table.open(parquet, shapes=SHAPES) as tb:  # a Table's Nested padded by hand
+        nested = tb.read_rows([3, 9])["negs"]
+        with pytest.raises(ConfigError, match=r"row 1 has 6 lists, more than 4; pass truncate"):
+            nested.pad((4, 8))
+        assert nested.pad((4, 8), truncate=True)[1][1].sum() == 12  # its first 4 lists of 3
     cut = TableSource(
         parquet, shapes=SHAPES, widths={"negs": (4, 8)}, truncate=True, shuffle="none"
     )

@@ -5,6 +5,7 @@ large_list beside pyarrow's string and list) or the columns' order read as one o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -113,6 +114,30 @@ def _arrow_and_parquet(
     return out
 
 
+def _read_alike(
+    s3: S3Fixture, local: str, url: str, kw: dict[str, Any], refusal: str | None = None
+) -> dict[str, Any] | None:
+    """Every row of ``local`` and of its copy ``url`` read by ``TableSource(**kw)``: the
+    same batch from both (returned: the S3 one's); or, given ``refusal`` (the pattern of a
+    message naming the column and the problem), both refuse with it, the S3 copy naming
+    its URL."""
+    a = TableSource(local, **kw)
+    b = TableSource(url, store_options=options(s3), **kw)
+    try:
+        if refusal is None:
+            got: dict[str, Any] = b.read(0, np.arange(400))
+            assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
+            return got
+        with pytest.raises(FormatError, match=refusal):
+            a.read(0, np.arange(400))
+        with pytest.raises(FormatError, match=f"{url}: {refusal}"):
+            b.read(0, np.arange(400))
+        return None
+    finally:
+        a.close()
+        b.close()
+
+
 def test_nested_lists_given_a_shape_read_alike_locally_and_on_s3(
     s3: S3Fixture, tmp_path: Path
 ) -> None:
@@ -122,30 +147,20 @@ def test_nested_lists_given_a_shape_read_alike_locally_and_on_s3(
     rng = np.random.default_rng(4)
     x = rng.random((400, 3, 5)).astype(np.float32)
     rows = [r.tolist() for r in x]
-    kw = {"shuffle": "window", "window_rows": 128, "shapes": {"x": (3, 5)}}
+    kw: dict[str, Any] = {"shuffle": "window", "window_rows": 128, "shapes": {"x": (3, 5)}}
+    bad = r"column 'x': row 321 does not have the column's shape \[3, 5\]: a list of 2 where 3"
     for copy in ("good", "bad"):
         if copy == "bad":
             rows[321] = rows[321][:2]
         t = pa.table({"x": pa.array(rows, pa.list_(pa.list_(pa.float32()))), "i": range(400)})
         for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "shaped"):
-            a = TableSource(local, **kw)  # type: ignore[arg-type]
-            b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
-            if copy == "good":
+            got = _read_alike(s3, local, url, kw, None if copy == "good" else bad)
+            if got is not None:
+                assert np.array_equal(got["x"], x[got["i"]])
                 # Without a shape: refused by name; an object's first row is not fetched
                 # to suggest one (a local file's is: test_table_shapes.py).
                 with pytest.raises(FormatError, match=r"with shapes=\{'x': \(d0, d1\)\} \(each"):
                     TableSource(url, store_options=options(s3), width=8)
-                got = b.read(0, np.arange(400))
-                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
-                assert np.array_equal(got["x"], x[got["i"]])
-            else:
-                message = r"row 321 does not have the column's shape \[3, 5\]: a list of 2 where 3"
-                with pytest.raises(FormatError, match=message):
-                    a.read(0, np.arange(400))
-                with pytest.raises(FormatError, match=f"{url}: column 'x': {message}"):
-                    b.read(0, np.arange(400))
-            a.close()
-            b.close()
 
 
 def test_rows_of_items_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Path) -> None:
@@ -157,7 +172,9 @@ def test_rows_of_items_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pat
     counts = rng.integers(0, 7, 400)
     boxes = [rng.random((int(n), 4)).astype(np.float32) for n in counts]
     frames = [np.full((int(n) % 4, 3), i, np.float32).tolist() for i, n in enumerate(counts)]
-    kw = {"shuffle": "window", "window_rows": 128, "shapes": {"frames": (None, 3)}, "width": 6}
+    kw: dict[str, Any] = {"shapes": {"frames": (None, 3)}, "width": 6}
+    kw |= {"shuffle": "window", "window_rows": 128}
+    bad = r"column 'frames': row 321 does not have the column's shape \[None, 3\]: a list of 2"
     for copy in ("good", "bad"):
         if copy == "bad":
             frames[321] = [[1.0, 2.0, 3.0], [1.0, 2.0]]
@@ -169,26 +186,12 @@ def test_rows_of_items_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pat
             }
         )
         for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "items"):
-            a = TableSource(local, **kw)  # type: ignore[arg-type]
-            b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
-            if copy == "good":
-                got = b.read(0, np.arange(400))
-                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
-                for row, i in enumerate(got["i"]):
-                    n = int(counts[i])
-                    np.testing.assert_array_equal(got["boxes"][row][:n], boxes[i])
-                    assert got["boxes_mask"][row].sum() == n
-                    assert got["frames_mask"][row].sum() == n % 4
-            else:
-                message = (
-                    r"row 321 does not have the column's shape \[None, 3\]: a list of 2 where 3"
-                )
-                with pytest.raises(FormatError, match=message):
-                    a.read(0, np.arange(400))
-                with pytest.raises(FormatError, match=f"{url}: column 'frames': {message}"):
-                    b.read(0, np.arange(400))
-            a.close()
-            b.close()
+            got = _read_alike(s3, local, url, kw, None if copy == "good" else bad)
+            for row, i in enumerate(got["i"] if got is not None else ()):
+                n = int(counts[i])
+                np.testing.assert_array_equal(got["boxes"][row][:n], boxes[i])  # type: ignore[index]
+                assert got["boxes_mask"][row].sum() == n  # type: ignore[index]
+                assert got["frames_mask"][row].sum() == n % 4  # type: ignore[index]
 
 
 def test_fields_of_a_list_of_structs_read_alike_locally_and_on_s3(
@@ -196,7 +199,9 @@ def test_fields_of_a_list_of_structs_read_alike_locally_and_on_s3(
 ) -> None:
     # datasets' List({...}) of objects (list<struct<bbox: fixed_size_list<float>[4],
     # category: int64>>): each field's items a row, padded to a width; an Arrow file of one
-    # record batch (sub-windows on S3) and Parquet; and, in another copy, a null object.
+    # record batch (sub-windows on S3) and Parquet; and, in another copy, a null object:
+    # its box a null list of the shape, its category a null number (refused from an Arrow
+    # file when the source is made, its header counting null items).
     rng = np.random.default_rng(9)
     counts = rng.integers(0, 6, 400)
     rows: list[object] = [
@@ -205,37 +210,27 @@ def test_fields_of_a_list_of_structs_read_alike_locally_and_on_s3(
     ]
     box = pa.list_(pa.float32(), 4)
     typ = pa.list_(pa.struct([("bbox", box), ("category", pa.int64())]))
-    kw = {"columns": ["objects.bbox", "objects.category", "i"], "width": 6}
-    kw |= {"shuffle": "window", "window_rows": 128}
+    kw: dict[str, Any] = {"width": 6, "shuffle": "window", "window_rows": 128}
+    both = {**kw, "columns": ["objects.bbox", "objects.category", "i"]}
     for copy in ("good", "bad"):
         if copy == "bad":
             rows[321] = [None]
         t = pa.table({"objects": pa.array(rows, typ), "i": range(400)})
         for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "objs"):
-            if copy == "good":
-                a = TableSource(local, **kw)  # type: ignore[arg-type]
-                b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
-                got = b.read(0, np.arange(400))
-                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
-                for row, i in enumerate(got["i"]):
-                    n = int(counts[i])
-                    assert got["objects.category"][row][:n].tolist() == [i + j for j in range(n)]
-                    assert got["objects.bbox_mask"][row].sum() == n
-            else:
-                # (Its category, a null number, is refused too; from an Arrow file when the
-                # source is made, its header counting null items.)
-                message = r"row 321 does not have the column's shape \[None, 4\]: a null list"
+            if copy == "bad":
                 boxes = {**kw, "columns": ["objects.bbox", "i"]}
-                with pytest.raises(FormatError, match=message):
-                    TableSource(local, **boxes).read(0, np.arange(400))  # type: ignore[arg-type]
-                with pytest.raises(FormatError, match=f"{url}: column 'objects.bbox': {message}"):
-                    TableSource(url, store_options=options(s3), **boxes).read(0, np.arange(400))  # type: ignore[arg-type]
+                bad = r"column 'objects.bbox': row 321 does not have the column's shape \[None, 4\]"
+                _read_alike(s3, local, url, boxes, bad)
                 cats = {**kw, "columns": ["objects.category", "i"]}
                 with pytest.raises(FormatError, match=r"'objects.category'.*null list items"):
-                    TableSource(url, store_options=options(s3), **cats).read(0, np.arange(400))  # type: ignore[arg-type]
+                    TableSource(url, store_options=options(s3), **cats).read(0, np.arange(400))
                 continue
-            a.close()
-            b.close()
+            got = _read_alike(s3, local, url, both)
+            assert got is not None
+            for row, i in enumerate(got["i"]):
+                n = int(counts[i])
+                assert got["objects.category"][row][:n].tolist() == [i + j for j in range(n)]
+                assert got["objects.bbox_mask"][row].sum() == n
 
 
 def test_rows_of_lists_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Path) -> None:
@@ -246,25 +241,14 @@ def test_rows_of_lists_read_alike_locally_and_on_s3(s3: S3Fixture, tmp_path: Pat
         [rng.integers(0, 1000, int(rng.integers(1, 9))).tolist() for _ in range(i % 5)]
         for i in range(400)
     ]
-    kw = {"shapes": {"negs": (None, None)}, "widths": {"negs": (4, 8)}}
+    kw: dict[str, Any] = {"shapes": {"negs": (None, None)}, "widths": {"negs": (4, 8)}}
     kw |= {"shuffle": "window", "window_rows": 128}
+    bad = r"column 'negs': 1 row\(s\) hold null list items.*rows 321"
     for copy in ("good", "bad"):
         if copy == "bad":
             rows[321] = [[1, None]]
         t = pa.table({"negs": pa.array(rows, pa.list_(pa.list_(pa.int32()))), "i": range(400)})
         for local, url in _arrow_and_parquet(s3, tmp_path, t, copy, "lists"):
-            a = TableSource(local, **kw)  # type: ignore[arg-type]
-            b = TableSource(url, store_options=options(s3), **kw)  # type: ignore[arg-type]
-            if copy == "good":
-                got = b.read(0, np.arange(400))
-                assert batch_digest([a.read(0, np.arange(400))]) == batch_digest([got])
-                for r, i in enumerate(got["i"]):
-                    assert got["negs_mask"][r].sum() == sum(map(len, rows[i]))  # type: ignore[arg-type]
-            else:
-                message = r"column 'negs': 1 row\(s\) hold null list items.*rows 321"
-                with pytest.raises(FormatError, match=message):
-                    a.read(0, np.arange(400))
-                with pytest.raises(FormatError, match=f"{url}: {message}"):
-                    b.read(0, np.arange(400))
-            a.close()
-            b.close()
+            got = _read_alike(s3, local, url, kw, None if copy == "good" else bad)
+            for r, i in enumerate(got["i"] if got is not None else ()):
+                assert got["negs_mask"][r].sum() == sum(map(len, rows[i]))  # type: ignore[arg-type,index]
