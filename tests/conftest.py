@@ -70,11 +70,13 @@ def slow_mount(tmp_path: Path) -> Iterator[Callable[..., SlowMount]]:
 
 
 def _pid_exited(pid: int) -> bool:
-    """No /proc entry, or a zombie its new parent has not reaped yet."""
+    """No /proc entry, or a zombie its new parent has not reaped yet. A process reaped
+    between the open and the read makes the read fail with ESRCH (a CI run of
+    2026-12-05 failed on it): gone too."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return True
 
 
