@@ -68,7 +68,7 @@ from headrace.formats._arrow_format import (
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 from headrace.formats._table_ahead import HeldBytes
 from headrace.formats._table_remote import GAP, Fetch, RemotePart, fetched_spans, opener
-from headrace.formats._table_schema import check_names
+from headrace.formats._table_schema import check_names, extension_types
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._ranges import merge_ranges
 from headrace.io._waits import result
@@ -374,7 +374,8 @@ class _Walk:
                     if schema_message:
                         raise _Corrupt("a second schema message")
                     schema_message = self.bytes(at, pre + length)
-                    schema = pa.ipc.read_schema(pa.py_buffer(schema_message))
+                    with extension_types(url):
+                        schema = pa.ipc.read_schema(pa.py_buffer(schema_message))
                     first_node = 0
                     for i in range(len(schema)):
                         tops.append(first_node)

@@ -42,7 +42,7 @@ from headrace.formats._table_layout import (
     RECOPY,
 )
 from headrace.formats._table_remote import stored_bytes
-from headrace.formats._table_schema import check_names
+from headrace.formats._table_schema import check_names, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import _in_flight as in_flight
 from headrace.io import deep_io_pool, open_error
@@ -195,7 +195,8 @@ class _Part:
                 # Read, not mapped: an I/O error on a mapped page is a SIGBUS that kills
                 # the process without a word; a read's is an error naming the file.
                 # (Decoding copies anyway: 8% fewer batches/s here, within the spread.)
-                pf = pq.ParquetFile(path, memory_map=False)
+                with extension_types(path):  # the schema is read here
+                    pf = pq.ParquetFile(path, memory_map=False)
                 self._idle = [pf]
                 md = self._md = pf.metadata
                 self.schema = pf.schema_arrow
@@ -207,7 +208,8 @@ class _Part:
                     and (known.size, known.mtime_ns) == stamp
                     and first.startswith(known.places.schema_message)
                 )
-                self._open_arrow(head, stamp, known if same else None)
+                with extension_types(path):
+                    self._open_arrow(head, stamp, known if same else None)
         except StorageError:  # a header's pages the storage failed to read: said so
             raise
         except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as exc:

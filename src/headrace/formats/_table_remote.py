@@ -56,7 +56,7 @@ from headrace.formats._table_layout import (
     state_files,
     state_fingerprint,
 )
-from headrace.formats._table_schema import check_names
+from headrace.formats._table_schema import check_names, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -319,7 +319,8 @@ class RemoteParquet(RemotePart):
         tail = size - len(footer)
         try:
             footer_bytes = np.frombuffer(footer, np.uint8)
-            pf = pq.ParquetFile(_Spans(url, size, [(tail, footer_bytes)], self._miss))
+            with extension_types(url):  # the schema is read here
+                pf = pq.ParquetFile(_Spans(url, size, [(tail, footer_bytes)], self._miss))
             self._md = pf.metadata
             self.schema = pf.schema_arrow
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:

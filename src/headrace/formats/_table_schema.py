@@ -4,9 +4,10 @@ mapping told apart from rows."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "check_shapes",
     "classify_column",
     "columns_read",
+    "extension_types",
     "field_of",
     "first_shape",
     "image_features",
@@ -104,6 +106,46 @@ def check_names(pa: Any, schema: Any, path: str) -> None:
         raise FormatError(
             f"{path}: corrupt schema: a column or field name is not UTF-8 ({exc}); the file "
             "is damaged: copy or write it again"
+        ) from exc
+
+
+@contextlib.contextmanager
+def extension_types(path: str) -> Iterator[None]:
+    """Reading a schema inside: an error raised by an Arrow extension type registered in
+    this process (``datasets`` registers ``Array2D`` to ``Array5D``) that refuses the
+    metadata the file stores for it becomes a :class:`FormatError` naming the file, the
+    type and that metadata; every other error passes unchanged.
+
+    pyarrow hands such a type each field's stored metadata as it reads the schema, and
+    what the type raises (``datasets``: a ``ValueError`` for a dtype it does not know, as
+    one a newer version wrote) came out of ``TableSource`` as it was, naming no file.
+    """
+    try:
+        yield
+    except Exception as exc:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_name != "__arrow_ext_deserialize__":
+            tb = tb.tb_next
+        if tb is None:
+            raise
+        where = tb.tb_frame.f_locals
+        cls = where.get("cls")
+        name = f"{cls.__module__}.{cls.__qualname__}" if isinstance(cls, type) else "?"
+        top = name.partition(".")[0]
+        try:
+            from importlib.metadata import version
+
+            installed = f"{top} {version(top)}"
+        except Exception:  # not a distribution's module (a type defined in a script)
+            installed = top
+        stored = where.get("serialized")
+        shown = repr(stored[:200]) if isinstance(stored, bytes) else "not shown"
+        raise FormatError(
+            f"{path}: a column's Arrow extension type {name}, registered in this process by "
+            f"{installed}, refused the metadata the file stores for it "
+            f"({shown}): {type(exc).__name__}: {exc}. The file was written by "
+            f"another version of {top} than this one, or its schema is damaged: install "
+            "the version that wrote it, or write the file again"
         ) from exc
 
 
