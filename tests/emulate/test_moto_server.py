@@ -1,15 +1,29 @@
 """LocalS3 runs moto's server through ``headrace.emulate._moto_server``: moto's module
-listing taken once instead of per request, werkzeug's request lines not logged."""
+listing taken once instead of per request, werkzeug's request lines not logged, and a
+GET of one range reads that range of the object, not all of it, and answers as moto did."""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from headrace.emulate import LocalS3
-from headrace.emulate._moto_server import patch_moto
+from headrace.emulate._moto_server import _one_range, _Range, patch_moto
+
+
+@pytest.fixture(autouse=True)
+def _unpatched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """What patch_moto replaces in this process, put back after each test."""
+    models = pytest.importorskip("moto.s3.models")
+    responses = pytest.importorskip("moto.s3.responses")
+    monkeypatch.setattr(models.FakeKey, "value", models.FakeKey.__dict__["value"])
+    get_object = responses.S3Response.__dict__["get_object"]
+    monkeypatch.setattr(responses.S3Response, "get_object", get_object)
+    yield
 
 
 def test_local_s3_runs_the_patched_server() -> None:
@@ -54,3 +68,70 @@ def test_a_moto_without_the_listing_is_served_unpatched(monkeypatch: pytest.Monk
     patch_moto()
     assert not hasattr(backends, "list_of_moto_modules")
     assert logging.getLogger("werkzeug").level == logging.WARNING
+
+
+def test_which_ranges_are_read_alone() -> None:
+    for one in ["bytes=0-0", "bytes=5-9", "bytes=7-", "bytes=-100", "bytes=3-3"]:
+        assert _one_range(one), one
+    # moto answers these with the whole object: read whole
+    for other in [None, "", "bytes=-", "bytes=9-3", "bytes=0-1,5-6", "bytes=a-b", "items=0-1"]:
+        assert not _one_range(other), other
+
+
+def test_a_range_reads_its_bytes_only() -> None:
+    models = pytest.importorskip("moto.s3.models")
+    data = np.random.default_rng(1).integers(0, 256, 6 << 20, dtype=np.uint8).tobytes()
+    key = models.FakeKey("k", data, account_id="123456789012", region_name="us-east-1")
+    reads: list[int] = []
+    buffer = key._value_buffer
+    real_read = buffer.read
+
+    def read(n: int = -1) -> bytes:
+        got = real_read(n)
+        reads.append(len(got))
+        return bytes(got)
+
+    buffer.read = read
+    value = _Range(key)
+    assert len(value) == len(data) and value
+    assert value[100:65636] == data[100:65636]
+    assert value[len(data) - 5 : len(data) + 10] == data[-5:]
+    assert reads == [65536, 5]
+    assert not _Range(models.FakeKey("e", b"", account_id="123456789012", region_name="x"))
+
+
+def test_ranged_gets_answer_as_moto_did() -> None:
+    # A real server and a real S3 client (boto3), an object past moto's 5 MiB in-memory
+    # buffer (kept in a temporary file): every range form, and those moto answers whole.
+    pytest.importorskip("moto")
+    data = np.random.default_rng(2).integers(0, 256, (6 << 20) + 123, dtype=np.uint8).tobytes()
+    n = len(data)
+    with LocalS3() as server:
+        server.create_bucket("ranges")
+        client = server.info.boto3_client()
+        client.put_object(Bucket="ranges", Key="big", Body=data)
+        for rng, want in [
+            ("bytes=0-0", data[:1]),
+            ("bytes=100-65635", data[100:65636]),
+            ("bytes=5242870-5242900", data[5242870:5242901]),
+            (f"bytes={n - 10}-", data[-10:]),
+            ("bytes=-1000", data[-1000:]),
+            (f"bytes={n - 3}-{n + 50}", data[-3:]),
+        ]:
+            got = client.get_object(Bucket="ranges", Key="big", Range=rng)
+            assert got["ResponseMetadata"]["HTTPStatusCode"] == 206, rng
+            assert got["Body"].read() == want, rng
+            first = n - len(want)
+            if rng.startswith("bytes=") and rng[6] != "-" and not rng.endswith("-"):
+                first = int(rng[6:].split("-")[0])
+            assert got["ContentRange"] == f"bytes {first}-{first + len(want) - 1}/{n}", rng
+        for whole in ["bytes=9-3", "bytes=0-1,5-6"]:
+            got = client.get_object(Bucket="ranges", Key="big", Range=whole)
+            assert got["ResponseMetadata"]["HTTPStatusCode"] == 200, whole
+            assert got["Body"].read() == data, whole
+        assert client.get_object(Bucket="ranges", Key="big")["Body"].read() == data
+        part = client.get_object(Bucket="ranges", Key="big", PartNumber=1)
+        assert part["ResponseMetadata"]["HTTPStatusCode"] == 206
+        assert part["Body"].read() == data
+        with pytest.raises(client.exceptions.ClientError, match="InvalidRange"):
+            client.get_object(Bucket="ranges", Key="big", Range=f"bytes={n}-")
