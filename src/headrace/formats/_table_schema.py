@@ -132,11 +132,11 @@ def extension_types(path: str) -> Iterator[None]:
         cls = where.get("cls")
         name = f"{cls.__module__}.{cls.__qualname__}" if isinstance(cls, type) else "?"
         top = name.partition(".")[0]
-        try:
-            from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
+        try:
             installed = f"{top} {version(top)}"
-        except Exception:  # not a distribution's module (a type defined in a script)
+        except (PackageNotFoundError, ValueError):  # a type defined in a script, say
             installed = top
         stored = where.get("serialized")
         shown = repr(stored[:200]) if isinstance(stored, bytes) else "not shown"
