@@ -606,9 +606,8 @@ class TableSource:
                         f"{int(samples[at])}) {what} (widths={pair}); pass truncate=True to "
                         "keep the first ones"
                     )
-                out[c], out[f"{c}_mask"] = v.pad(
-                    pair, pad_value=self.pad_values[c], truncate=self.truncate
-                )
+                # Checked above: cutting to the widths keeps every row whole unless truncate.
+                out[c], out[f"{c}_mask"] = v.pad(pair, pad_value=self.pad_values[c], truncate=True)
             else:
                 out[c] = v
         if self.vocab:
