@@ -266,3 +266,38 @@ def test_trials_alternate_the_variants_step_for_step(
             runs.append([spec, 1])
     # the digest pass of each, then the warm-up step of each, then the trials
     assert runs[-8:] == [["naive", 1], ["headrace", 1]] + [["naive", 4], ["headrace", 4]] * 3
+
+
+def test_every_stream_is_read_to_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each phase opens a stream for the steps it takes. The timed trials' streams were
+    # opened for the trials-with-compute steps too, which a fresh stream runs: their
+    # read-ahead read batches nobody took, beside the other variants' timed steps, and
+    # under load Loader.close() gave up on that read (a RuntimeWarning, an error here).
+    wl = builtin_workloads()["padded"].replace(
+        dataset=TINY_DS, train={**TINY_TRAIN, "computation_time": 0.001}
+    )
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    opened: list[list[object]] = []  # [spec, steps opened, batches taken]
+    real_open = PaddedKind.open
+
+    def open_counting(self: PaddedKind, spec: str, steps: int) -> object:
+        stream = real_open(self, spec, steps)
+        entry: list[object] = [spec, steps, 0]
+        opened.append(entry)
+        batches = iter(stream)
+
+        def counted() -> object:
+            for b in batches:
+                entry[2] += 1  # type: ignore[operator]
+                yield b
+
+        stream._batches = counted()  # type: ignore[attr-defined]
+        return stream
+
+    monkeypatch.setattr(PaddedKind, "open", open_counting)
+    _, results = run_workload(kind, options=RunOptions(isolate=False))
+    assert all(r["au"] is not None for r in results)
+    # digest pass, trials, trials with compute: per variant
+    assert len(opened) == 3 * len(results)
+    assert [e for e in opened if e[1] != e[2]] == []

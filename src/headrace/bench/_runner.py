@@ -245,8 +245,8 @@ def _run(
     n_acc = max(1, opts.accelerators)
     has_compute = t.computation_time > 0
     compute_steps = t.trials * t.steps if has_compute else 0
-    total = warmup + t.trials * t.steps + compute_steps * n_acc
-    digest_steps = kind.digest_steps(total)
+    timed = warmup + t.trials * t.steps  # what the timed trials' streams are opened for
+    digest_steps = kind.digest_steps(timed + compute_steps * n_acc)
     specs = list(wl.variants)
     mem_before = meminfo()
     # What the page cache can hold: a container's limit bounds it, whatever the host has.
@@ -308,7 +308,7 @@ def _run(
             for spec in specs:
                 try:
                     t0 = time.perf_counter()
-                    streams[spec] = of(spec).open(spec, total)
+                    streams[spec] = of(spec).open(spec, timed)
                     its[spec] = iter(streams[spec])
                     next(its[spec])
                     first_s[spec] = time.perf_counter() - t0
