@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import numpy as np
@@ -234,28 +236,39 @@ def test_a_table_whose_state_file_was_cut_short_is_written_again(
     TableSource(path, columns=["input_ids"], width=9).close()
 
 
+def _watch_streams(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[list[Any]]]:
+    """Every batch the padded kind's streams yield, as its variant, in the order taken;
+    and every stream opened, as ``[variant, steps opened for, batches taken]``."""
+    taken: list[str] = []
+    opened: list[list[Any]] = []
+    real_open = PaddedKind.open
+
+    def open_watched(self: PaddedKind, spec: str, steps: int) -> object:
+        stream = real_open(self, spec, steps)
+        entry = [spec, steps, 0]
+        opened.append(entry)
+        batches = iter(stream)
+
+        def counted() -> Iterator[Any]:
+            for b in batches:
+                taken.append(spec)
+                entry[2] += 1
+                yield b
+
+        stream._batches = counted()  # type: ignore[attr-defined]
+        return stream
+
+    monkeypatch.setattr(PaddedKind, "open", open_watched)
+    return taken, opened
+
+
 def test_trials_alternate_the_variants_step_for_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Trials run A B A B ..., each `steps` batches (a noisy neighbour hits every variant
     # alike); run A A B B, the same figures would measure two different moments.
     kind = _tiny("padded", tmp_path, trials=3, steps=4)
-    taken: list[str] = []
-    real_open = PaddedKind.open
-
-    def open_counting(self: PaddedKind, spec: str, steps: int) -> object:
-        stream = real_open(self, spec, steps)
-        batches = iter(stream)
-
-        def counted() -> object:
-            for b in batches:
-                taken.append(spec)
-                yield b
-
-        stream._batches = counted()  # type: ignore[attr-defined]
-        return stream
-
-    monkeypatch.setattr(PaddedKind, "open", open_counting)
+    taken, _ = _watch_streams(monkeypatch)
     _, results = run_workload(kind, options=RunOptions(isolate=False))
     assert len({r["digest"] for r in results}) == 1
     runs: list[list[object]] = []  # [variant, batches in a row]
@@ -278,24 +291,7 @@ def test_every_stream_is_read_to_its_end(tmp_path: Path, monkeypatch: pytest.Mon
     )
     kind = make_kind(wl, str(tmp_path))
     kind.generate()
-    opened: list[list[object]] = []  # [spec, steps opened, batches taken]
-    real_open = PaddedKind.open
-
-    def open_counting(self: PaddedKind, spec: str, steps: int) -> object:
-        stream = real_open(self, spec, steps)
-        entry: list[object] = [spec, steps, 0]
-        opened.append(entry)
-        batches = iter(stream)
-
-        def counted() -> object:
-            for b in batches:
-                entry[2] += 1  # type: ignore[operator]
-                yield b
-
-        stream._batches = counted()  # type: ignore[attr-defined]
-        return stream
-
-    monkeypatch.setattr(PaddedKind, "open", open_counting)
+    _, opened = _watch_streams(monkeypatch)
     _, results = run_workload(kind, options=RunOptions(isolate=False))
     assert all(r["au"] is not None for r in results)
     # digest pass, trials, trials with compute: per variant
