@@ -814,6 +814,48 @@ def test_ctrl_c_while_next_waits_on_a_stalled_read_leaves_the_with_block_promptl
         time.sleep(0.01)
 
 
+class _Slow:
+    """A source each of whose reads takes ``read_s``: healthy storage, long batches."""
+
+    def __init__(self, read_s: float) -> None:
+        self.read_s = read_s
+        self.reading = threading.Event()
+        self.closed_after_read = threading.Event()
+
+    def fingerprint(self) -> dict[str, object]:
+        return {"kind": "slow-test"}
+
+    def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
+        self.reading.set()
+        time.sleep(self.read_s)
+        self.reading.clear()
+        return {"v": samples[:, None] + seed}
+
+    def close(self) -> None:
+        if not self.reading.is_set():
+            self.closed_after_read.set()
+
+
+def test_close_leaves_a_read_in_stride_to_finish_without_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every read takes 0.3 s, longer than close() waits (0.05 s here, 1 s as shipped): a
+    # loop broken off while the read-ahead reads the next batch. The read has run no
+    # longer than reads of this loader do: slow, not stalled, and close() said "stalled
+    # storage?" of healthy storage. Now it leaves the read to end (the source is closed
+    # then) and says nothing; a read past 4x the mean still warns (the tests above).
+    monkeypatch.setattr(_loader, "_STOP_TIMEOUT_S", 0.05)
+    src = _Slow(0.3)
+    ld = Loader(src, batch_size=2, prefetch=4, chunk_steps=1)  # type: ignore[arg-type]
+    it = iter(ld)
+    assert next(it)["v"].tolist() == [[0], [1]]
+    assert src.reading.wait(5)  # the read-ahead is inside the next read
+    ld.close()  # warnings are errors here
+    assert src.closed_after_read.wait(5)
+    with pytest.raises(StateError, match="stale"):
+        next(it)
+
+
 def test_close_is_silent_when_the_producer_stops_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
     # A read that outlasts the wait only a little: the stop finds the thread gone.
     from headrace.pipeline import _loader
