@@ -814,7 +814,7 @@ def test_ctrl_c_while_next_waits_on_a_stalled_read_leaves_the_with_block_promptl
         time.sleep(0.01)
 
 
-class _Slow:
+class _LongReads:
     """A source each of whose reads takes ``read_s``: healthy storage, long batches."""
 
     def __init__(self, read_s: float) -> None:
@@ -823,7 +823,7 @@ class _Slow:
         self.closed_after_read = threading.Event()
 
     def fingerprint(self) -> dict[str, object]:
-        return {"kind": "slow-test"}
+        return {"kind": "long-reads-test"}
 
     def read(self, seed: int, samples: np.ndarray) -> dict[str, np.ndarray]:
         self.reading.set()
@@ -845,7 +845,7 @@ def test_close_leaves_a_read_in_stride_to_finish_without_a_warning(
     # storage?" of healthy storage. Now it leaves the read to end (the source is closed
     # then) and says nothing; a read past 4x the mean still warns (the tests above).
     monkeypatch.setattr(_loader, "_STOP_TIMEOUT_S", 0.05)
-    src = _Slow(0.3)
+    src = _LongReads(0.3)
     ld = Loader(src, batch_size=2, prefetch=4, chunk_steps=1)  # type: ignore[arg-type]
     it = iter(ld)
     assert next(it)["v"].tolist() == [[0], [1]]
