@@ -78,7 +78,7 @@ DEFAULT_CHUNK_STEPS = 32
 _STOP_TIMEOUT_S = 1.0
 # A read left behind that has run no longer than this many times the loader's mean read
 # is slow, not stalled: close() leaves it to finish without a warning. (Seen: a read of
-# 800 small files, 1.2 s in on a loaded 2-core machine, called "stalled storage?")
+# 800 samples, 1.2 s in on a loaded 2-core machine, called "stalled storage?")
 _STRIDE = 4.0
 
 
