@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,7 +90,43 @@ def wait_exited(pids: list[int], pid_exited: Callable[[int], bool], within: floa
     while not all(pid_exited(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     left = [p for p in pids if not pid_exited(p)]
-    assert not left, f"workers {left} still running {within} s later"
+    assert not left, f"workers {left} still running {within} s later: " + "; ".join(
+        map(where_stuck, left)
+    )
+
+
+def where_stuck(pid: int) -> str:
+    """What a process that should have exited is doing: its command line, and each
+    thread's name, state and kernel wait channel (a CI run saw a worker that sent its
+    error still alive 30 s later, once, and could not say where)."""
+
+    def read(path: str) -> str:
+        try:
+            with open(path) as fh:
+                return fh.read().strip().replace("\0", " ")
+        except OSError as exc:
+            return f"({exc.strerror})"
+
+    threads = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        tids = []
+    for tid in tids:
+        at = f"/proc/{pid}/task/{tid}"
+        state = read(f"{at}/stat").rsplit(")", 1)[-1].split()[:1]
+        threads.append(f"{read(f'{at}/comm')} {''.join(state)} {read(f'{at}/wchan')}")
+    said = f"{pid} {read(f'/proc/{pid}/cmdline')!r}: threads " + ", ".join(threads)
+    spy = shutil.which("py-spy")  # where installed: the Python stacks too
+    if spy is not None:
+        try:
+            done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, timeout=20)
+            said += (
+                "\n" + done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+            )
+        except subprocess.TimeoutExpired:
+            said += " (py-spy dump took over 20 s)"
+    return said
 
 
 def kill_left(pids: list[int], pid_exited: Callable[[int], bool]) -> None:
