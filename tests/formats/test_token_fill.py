@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _fds import fds_in
 from headrace.errors import StorageError
 from headrace.formats import TokenSource, _token_window
 from headrace.io import PAGE, deep_io_threads, io_threads
@@ -291,12 +292,15 @@ def test_windows_off_page_bounds_count_each_filled_block_once(tmp_path: Path) ->
     src.close()
 
 
-def _read_all(src: TokenSource, fds: list[int]) -> str:
+def _read_all(src: TokenSource, fds: list[int], folder: Path | None = None) -> str:
+    """The digest of every sample of an epoch; the descriptors on files in ``folder`` after
+    each batch into ``fds`` (where given)."""
     h = hashlib.sha256()
     n = src.samples_per_epoch
     for start in range(0, n, 32):
         h.update(src.read(7, np.arange(start, min(start + 32, n), dtype=np.int64))["x"].tobytes())
-        fds.append(len(os.listdir("/proc/self/fd")))
+        if folder is not None:
+            fds.append(fds_in(folder))
     return h.hexdigest()
 
 
@@ -320,16 +324,15 @@ def test_a_source_of_many_files_keeps_few_of_them_open(
         src = TokenSource(files, dtype="uint32", context=L, window_bytes=32 << 10,
                           block_bytes=8 << 10, reads=reads)  # fmt: skip
         fds: list[int] = []
-        with no_collections():
-            before = len(os.listdir("/proc/self/fd"))
-            try:
-                digests.append(_read_all(src, fds))
-            finally:
-                src.close()
-            after = len(os.listdir("/proc/self/fd"))
+        # Descriptors on the token files, not all of the process's: one that something
+        # else closed meanwhile made a total count fall (53 against 54, 2026-12-05).
+        try:
+            digests.append(_read_all(src, fds, tmp_path))
+        finally:
+            src.close()
         per_file = 2 if reads == "populate" else 1  # a map holds a second descriptor
-        assert max(fds) - before <= per_file * (bound + 4) + 8, (bound, max(fds) - before)
-        assert after == before
+        assert max(fds) <= per_file * (bound + 4), (bound, max(fds))
+        assert fds_in(tmp_path) == 0
     assert digests[0] == digests[1]
 
 
