@@ -55,8 +55,11 @@ def test_a_prefix_is_read_as_written(where: tuple[str, dict[str, Any]], name: st
     root, opts = where
     url = f"{root}/{name}/"
     src = FileSource(url, format="npy", store_options=opts)
-    assert src.files.keys == ["a.npy"]
-    got = src.read(0, np.arange(1))["data"]
+    try:
+        assert src.files.keys == ["a.npy"]
+        got = src.read(0, np.arange(1))["data"]
+    finally:
+        src.close()
     assert got.ravel().tolist() == [MINE] * 3, f"{url} read another prefix's object"
     src.close()
     with ObjectStore(url, **opts) as store:

@@ -156,7 +156,10 @@ def _assert_flat(
     grown = min(m["traced"] for m in b) - min(m["traced"] for m in a)
     assert grown < nbytes * units, f"{grown:,} bytes more over {units:,} (traced)"
     more = min(m["objects"] for m in b) - min(m["objects"] for m in a)
-    assert more < max(units // 20, 20), f"{more} objects more over {units:,}"
+    # At least 50: 29 and 31 more objects over 100 healthy cycles, 1 run in 3 alone and
+    # after other tests (2026-12-05; weakrefs, sets and bound methods a first stretch made
+    # once, 56 of them in a new process). One object a cycle still fails, twice over.
+    assert more < max(units // 20, 50), f"{more} objects more over {units:,}"
 
 
 @pytest.fixture
