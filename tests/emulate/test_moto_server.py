@@ -1,9 +1,11 @@
 """LocalS3 runs moto's server through ``headrace.emulate._moto_server``: moto's module
-listing taken once instead of per request, werkzeug's request lines not logged, and a
-GET of one range reads that range of the object, not all of it, and answers as moto did."""
+listing taken once instead of per request, werkzeug's request lines not logged, a GET of
+one range reads that range of the object, not all of it, and answers as moto did, and a
+connection that sent no body is kept open for the next request."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 from collections.abc import Iterator
@@ -23,6 +25,12 @@ def _unpatched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(models.FakeKey, "value", models.FakeKey.__dict__["value"])
     get_object = responses.S3Response.__dict__["get_object"]
     monkeypatch.setattr(responses.S3Response, "get_object", get_object)
+    serving = pytest.importorskip("werkzeug.serving")
+    monkeypatch.setattr(serving, "selectors", serving.selectors)
+    for name in ("run_wsgi", "send_header"):
+        monkeypatch.setattr(
+            serving.WSGIRequestHandler, name, getattr(serving.WSGIRequestHandler, name)
+        )
     yield
 
 
@@ -135,3 +143,39 @@ def test_ranged_gets_answer_as_moto_did() -> None:
         assert part["Body"].read() == data
         with pytest.raises(client.exceptions.ClientError, match="InvalidRange"):
             client.get_object(Bucket="ranges", Key="big", Range=f"bytes={n}-")
+
+
+def test_a_connection_without_a_request_body_is_kept_for_the_next_request() -> None:
+    # werkzeug answered every request with "Connection: close": a new connection and a new
+    # server thread for each GET. Kept open, one connection serves them all, as S3's do;
+    # a request with a body still closes its connection (its body could be left unread).
+    pytest.importorskip("moto")
+    data = np.random.default_rng(3).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
+    with LocalS3() as server:
+        server.create_bucket("kept")
+        port = int(server.endpoint.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("PUT", "/kept/k", body=data, headers={"x-amz-acl": "public-read"})
+            put = conn.getresponse()
+            put.read()
+            assert put.status == 200 and put.getheader("Connection") == "close"
+            conn.close()
+            sockets = set()
+            for i in range(5):
+                conn.request("GET", "/kept/k", headers={"Range": f"bytes={i}-{i + 99}"})
+                got = conn.getresponse()
+                assert (got.status, got.read()) == (206, data[i : i + 100]), i
+                assert got.getheader("Connection") is None and not got.will_close, i
+                sockets.add(id(conn.sock))
+            conn.request("HEAD", "/kept/k")
+            head = conn.getresponse()
+            head.read()
+            assert head.status == 200 and head.getheader("Content-Length") == str(len(data))
+            conn.request("GET", "/kept/missing")
+            missing = conn.getresponse()
+            assert missing.status == 404 and b"NoSuchKey" in missing.read()
+            sockets.add(id(conn.sock))
+            assert len(sockets) == 1, "a new connection for a request after the first"
+        finally:
+            conn.close()

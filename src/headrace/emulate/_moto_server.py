@@ -16,6 +16,13 @@ of the object (from a temporary file past 5 MiB), and then slices the range out 
 66 ms of moto's CPU for 64 KiB of a 64 MiB object, 2.2 ms of a 1 MiB one (2c,
 2026-12-05). Inside ``get_object`` for one range, ``key.value`` is a :class:`_Range`,
 which reads the bytes the slice asks for and no others.
+
+And werkzeug closes every connection after its response ("Connection: close"), so each
+request paid a new TCP connection and a new thread: a connection that sent no body (a
+GET, HEAD or DELETE: nothing of it can be left unread to be taken for the next request)
+stays open for the client's next request, as S3's do. 2,000 ranged GETs of 64 KiB from 8
+threads: 0.94 ms of moto's CPU a request against 1.25 before (medians of 3 alternating
+runs, 2c, 2026-12-05). A request with a body still closes its connection.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ __all__ = ["main", "patch_moto"]
 
 
 def patch_moto() -> None:
-    """Take moto's module listing once; log werkzeug's warnings and errors only."""
+    """Take moto's module listing once; log werkzeug's warnings and errors only; read a
+    ranged GET's range only; keep connections that sent no body open."""
     from moto import backends
 
     listing = getattr(backends, "list_of_moto_modules", None)
@@ -39,6 +47,7 @@ def patch_moto() -> None:
         backends.list_of_moto_modules = lambda: modules
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     _ranged_gets()
+    _keep_alive()
 
 
 #: One range a GET's whole answer is sliced by in moto: ``bytes=a-b`` (a <= b),
@@ -102,6 +111,62 @@ def _ranged_gets() -> None:
 
     setattr(FakeKey, "value", property(ranged_value, value.fset))  # noqa: B010 (mypy: a method)
     setattr(S3Response, "get_object", ranged_get_object)  # noqa: B010
+
+
+def _keep_alive() -> None:
+    """Keep a connection open after a request that sent no body (see the module's text)."""
+    import selectors
+
+    from werkzeug import serving
+
+    handler = serving.WSGIRequestHandler
+    if not hasattr(serving, "selectors"):  # another werkzeug: connections closed as before
+        return
+    send_header, run_wsgi = handler.send_header, handler.run_wsgi
+    local = threading.local()
+
+    class Idle:
+        """A selector with nothing to read: werkzeug's drain after a kept response."""
+
+        def register(self, *args: Any) -> None:
+            pass
+
+        def select(self, timeout: float | None = None) -> list[Any]:  # noqa: ARG002
+            return []
+
+        def close(self) -> None:
+            pass
+
+    class Selectors:
+        """``selectors`` as werkzeug.serving sees it: no drain of a kept connection,
+        which would read the client's next request as the rest of this one's body."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(selectors, name)
+
+        def DefaultSelector(self) -> Any:  # the name werkzeug calls
+            return Idle() if getattr(local, "keep", False) else selectors.DefaultSelector()
+
+    def run(self: Any) -> None:
+        headers = self.headers
+        local.keep = (
+            self.request_version == "HTTP/1.1"
+            and headers.get("Content-Length", "0").strip() == "0"
+            and "Transfer-Encoding" not in headers
+        )
+        try:
+            run_wsgi(self)
+        finally:
+            local.keep = False
+
+    def header(self: Any, keyword: str, value: str) -> None:
+        if keyword == "Connection" and value == "close" and getattr(local, "keep", False):
+            return  # not closed: http.server reads the client's next request
+        send_header(self, keyword, value)
+
+    setattr(serving, "selectors", Selectors())  # noqa: B010
+    setattr(handler, "run_wsgi", run)  # noqa: B010
+    setattr(handler, "send_header", header)  # noqa: B010
 
 
 def main(argv: list[str] | None = None) -> None:
