@@ -71,7 +71,7 @@ def test_failed_opens_and_reads_leave_no_descriptor_or_thread(
         # this process, keeps its side of each), and close with the store, each attempt
         # with as many as it had in flight (30, 33, 35, 35 descriptors in all, 2026-12-05):
         # none the first attempt opened may be open after the fourth.
-        kept = held[0][1] & held[-1][1] - before[1]
+        kept = (held[0][1] & held[-1][1]) - before[1]
         assert not kept, f"{name}: the first attempt's {sorted(kept)} still open"
         # Threads the first attempt started may have ended since (a pool winding down:
         # headrace-files_* gone by the fourth, CI 2026-12-04); none may be new.

@@ -61,7 +61,6 @@ def test_a_prefix_is_read_as_written(where: tuple[str, dict[str, Any]], name: st
     finally:
         src.close()
     assert got.ravel().tolist() == [MINE] * 3, f"{url} read another prefix's object"
-    src.close()
     with ObjectStore(url, **opts) as store:
         assert [k for k, _ in store.list_info()] == ["a.npy"]
         assert store.url == url.rstrip("/")
