@@ -32,7 +32,10 @@ def test_a_batch_across_row_groups_keeps_reads_in_flight(slow_mount, tmp_path: P
     table = pa.table({"ids": pa.FixedSizeListArray.from_arrays(ids.reshape(-1), 64)})
     pq.write_table(table, src / "t.parquet", row_group_size=GROUP)
     rows = np.arange(ROWS // GROUP) * GROUP + 7  # one row in each of the 8 row groups
-    m = slow_mount(src, read_latency_ms=20)
+    # 50 ms a READ: at 20, a full run's busy cores once let only 3 of the 8 groups' READs
+    # start while the first ones waited (2026-12-05); each READ now waits long enough for
+    # the others to start beside it.
+    m = slow_mount(src, read_latency_ms=50)
     with Table.open(m.mnt / "t.parquet") as tb:
         got = tb.read_rows(rows)["ids"]
     np.testing.assert_array_equal(got, ids[rows])
