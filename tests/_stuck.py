@@ -1,8 +1,11 @@
 """Run a script whose read gets stuck (a stalled mount, fault injected), then Ctrl-C it
-(or send it another signal: SIGTERM, as schedulers stop jobs)."""
+(or send it another signal: SIGTERM, as schedulers stop jobs); and say where a process
+that should have exited is stuck (:func:`where_stuck`)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,3 +57,37 @@ def interrupt_when_stuck(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def where_stuck(pid: int) -> str:
+    """What a process that should have exited is doing: its command line, and each
+    thread's name, state and kernel wait channel (a CI run saw a worker that sent its
+    error still alive 30 s later, once, and could not say where)."""
+
+    def read(path: str) -> str:
+        try:
+            with open(path) as fh:
+                return fh.read().strip().replace("\0", " ")
+        except OSError as exc:
+            return f"({exc.strerror})"
+
+    threads = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        tids = []
+    for tid in tids:
+        at = f"/proc/{pid}/task/{tid}"
+        state = read(f"{at}/stat").rsplit(")", 1)[-1].split()[:1]
+        threads.append(f"{read(f'{at}/comm')} {''.join(state)} {read(f'{at}/wchan')}")
+    said = f"{pid} {read(f'/proc/{pid}/cmdline')!r}: threads " + ", ".join(threads)
+    spy = shutil.which("py-spy")  # where installed: the Python stacks too
+    if spy is not None:
+        try:
+            done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, timeout=20)
+            said += (
+                "\n" + done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+            )
+        except subprocess.TimeoutExpired:
+            said += " (py-spy dump took over 20 s)"
+    return said

@@ -11,7 +11,6 @@ import gc
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from _adapter_data import BATCH, run_script, token_source  # noqa: E402
 
 from _fds import open_targets  # noqa: E402
+from _stuck import where_stuck  # noqa: E402
 from headrace import torch as ht  # noqa: E402
 from headrace._shm_ring import _ended  # noqa: E402
 from headrace.errors import HeadraceError, StateError  # noqa: E402
@@ -93,40 +93,6 @@ def wait_exited(pids: list[int], pid_exited: Callable[[int], bool], within: floa
     assert not left, f"workers {left} still running {within} s later: " + "; ".join(
         map(where_stuck, left)
     )
-
-
-def where_stuck(pid: int) -> str:
-    """What a process that should have exited is doing: its command line, and each
-    thread's name, state and kernel wait channel (a CI run saw a worker that sent its
-    error still alive 30 s later, once, and could not say where)."""
-
-    def read(path: str) -> str:
-        try:
-            with open(path) as fh:
-                return fh.read().strip().replace("\0", " ")
-        except OSError as exc:
-            return f"({exc.strerror})"
-
-    threads = []
-    try:
-        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
-    except OSError:
-        tids = []
-    for tid in tids:
-        at = f"/proc/{pid}/task/{tid}"
-        state = read(f"{at}/stat").rsplit(")", 1)[-1].split()[:1]
-        threads.append(f"{read(f'{at}/comm')} {''.join(state)} {read(f'{at}/wchan')}")
-    said = f"{pid} {read(f'/proc/{pid}/cmdline')!r}: threads " + ", ".join(threads)
-    spy = shutil.which("py-spy")  # where installed: the Python stacks too
-    if spy is not None:
-        try:
-            done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, timeout=20)
-            said += (
-                "\n" + done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
-            )
-        except subprocess.TimeoutExpired:
-            said += " (py-spy dump took over 20 s)"
-    return said
 
 
 def kill_left(pids: list[int], pid_exited: Callable[[int], bool]) -> None:
