@@ -78,6 +78,21 @@ def test_a_moto_without_the_listing_is_served_unpatched(monkeypatch: pytest.Monk
     assert logging.getLogger("werkzeug").level == logging.WARNING
 
 
+def test_a_werkzeug_without_its_selectors_closes_connections_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The kept connection relies on werkzeug.serving's drain going through its module's
+    # `selectors`; a werkzeug that drains otherwise is left as it is (each connection
+    # closed after its response), not patched half-way into reading a next request.
+    serving = pytest.importorskip("werkzeug.serving")
+    handler = serving.WSGIRequestHandler
+    run_wsgi, send_header = handler.run_wsgi, handler.send_header
+    monkeypatch.delattr(serving, "selectors")
+    patch_moto()
+    assert (handler.run_wsgi, handler.send_header) == (run_wsgi, send_header)
+    assert not hasattr(serving, "selectors")
+
+
 def test_which_ranges_are_read_alone() -> None:
     for one in ["bytes=0-0", "bytes=5-9", "bytes=7-", "bytes=-100", "bytes=3-3"]:
         assert _one_range(one), one
