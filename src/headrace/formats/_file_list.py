@@ -111,6 +111,9 @@ class FileList:
     other: int = 0
     other_said: str = ""
     cache: ObjectCache | None = None
+    #: keys are relative to a folder or prefix the caller named (not a list or a glob's
+    #: matches): their first folder is a class folder (``labels="folders"``)
+    rooted: bool = False
     #: how the cache names object ``i`` (object-store datasets with a cache)
     cache_key: Callable[[int], str] | None = field(default=None, repr=False)
 
@@ -515,6 +518,7 @@ def list_files(
             )
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
+        out.rooted = True
         unread = other_formats(extensions, EXTENSIONS)  # () where every file is read
         other = sorted(k for k, _, _ in every if k.lower().endswith(unread) and not is_hidden(k))
         if other:
@@ -603,6 +607,7 @@ def list_files(
         _fetch=_local_reader(local_read, url, *listed),
         _close=lambda: None,
         etags=listed[2],
+        rooted=bool(url),
         hidden=walked.hidden if walked else 0,
         hidden_example=walked.hidden_example if walked else None,
         special=walked.special if walked else 0,

@@ -84,7 +84,9 @@ class IterableFiles:
                     of.append(f)
                     if len(samples) == self.batch_size:
                         self.source._count_read(np.asarray(of, dtype=np.int64), self.window.stats)
-                        yield stack_samples(samples, np.asarray(index, dtype=np.int64))
+                        yield self.source.labelled(
+                            stack_samples(samples, np.asarray(index, dtype=np.int64))
+                        )
                         samples, index, of = [], [], []
         finally:
             self.window.close()

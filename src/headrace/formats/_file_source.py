@@ -31,6 +31,7 @@ from headrace.errors import ConfigError, DataError
 from headrace.formats._file_config import RECORD_FORMATS, FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_decode import FileDecoder, default_decode_threads
+from headrace.formats._file_labels import Labels, folder_labels
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_rows import by_rows, rows_above
@@ -151,12 +152,22 @@ class FileSource(Closing):
         carried: Held | dict[int, bytes] | None = None,
         listed_at: str | None = None,
         tar_held: list[tuple[int, TarIndex]] | None = None,
+        labels_held: tuple[tuple[str, ...], NDArray[np.int32]] | None = None,
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
         self.format: FileFormat = file_format(config.format)
         cache = open_cache(config.cache_dir, config.cache_bytes)
         self.files: FileList = self._list(listing, cache, listed_at)
+        #: The class names and each file's class number (``labels=``; else None).
+        self.classes: tuple[str, ...] | None = None
+        self.file_labels: NDArray[np.int32] | None = None
+        if config.labels is not None:
+            try:
+                self.classes, self.file_labels = labels_held or self._folder_labels()
+            except BaseException:
+                self.files.close()
+                raise
         if self.files.hidden or self.files.special or self.files.other:  # said, not only in a repr
             log.warning("%s: %s", self.files.url, self.files.skipped())
         self._depth: int | None = None
@@ -331,6 +342,8 @@ class FileSource(Closing):
             out["exif_transpose"] = True
         if self.format.name == "png" and c.decode and c.image_mode is None:
             out.update(PNG16_PART)
+        if self.classes is not None:  # batches with labels: not the data a run without read
+            out["classes"] = list(self.classes)
         return out
 
     def _counts_part(self) -> int | list[int]:
@@ -547,7 +560,31 @@ class FileSource(Closing):
         if bad:
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
-        return stack_samples(cast(list[Sample], picked), index, into)  # no error is left in it
+        # (No error is left in picked; index names the samples delivered, replacements too.)
+        return self.labelled(stack_samples(cast(list[Sample], picked), index, into))
+
+    def _folder_labels(self) -> tuple[tuple[str, ...], NDArray[np.int32]]:
+        """The classes and each file's class, from the folders (``labels=``)."""
+        f = self.files
+        labels = cast(Labels, self.config.labels)
+        if f.rooted:
+            return folder_labels(f.keys, rooted=True, where=f.url, labels=labels)
+        names = [f"{f.url}/{k}" if f.url else os.path.abspath(k) for k in f.keys]
+        return folder_labels(names, rooted=False, where=f.url, labels=labels)
+
+    def labelled(self, batch: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
+        """``batch`` with each sample's class as ``label`` (``labels=``; else as it is)."""
+        if self.file_labels is None:
+            return batch
+        if "label" in batch:
+            raise DataError(
+                f"{self.files.url or 'the files'}: labels= adds each sample's class as "
+                "'label', but the files hold a 'label' of their own: read theirs (leave "
+                "labels= out), or name the others with datasets=(...)"
+            )
+        files = self.plan.file_item(batch["index"])[0]
+        batch["label"] = self.file_labels[files].astype(np.int64)
+        return batch
 
     def _count_read(self, files: NDArray[np.int64], st: WindowStats) -> None:
         """Count in ``st`` samples read from ``files`` (one entry a sample), and the bytes
@@ -763,6 +800,7 @@ class FileSource(Closing):
             "heads": heads,
             "tar_indexes": None if self._indexes is None else self._indexes.held(),
             "listed_at": at,
+            "labels": None if self.classes is None else (self.classes, self.file_labels),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -771,5 +809,13 @@ class FileSource(Closing):
         listing, at = state["listing"], state.get("listed_at")
         tar = state.get("tar_indexes")
         self._open(
-            files, config, store_options, listing, state["counts"], carried, at, tar_held=tar
+            files,
+            config,
+            store_options,
+            listing,
+            state["counts"],
+            carried,
+            at,
+            tar_held=tar,
+            labels_held=state.get("labels"),
         )

@@ -1,0 +1,230 @@
+"""``FileSource(..., labels="folders")``: each sample's class from its file's folder,
+as torchvision's ``ImageFolder`` gives it, on real JPEG and NPY files."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from headrace.errors import ConfigError, DataError, StateError
+from headrace.formats import FileSource, IterableFiles, synthetic_arrays
+from headrace.formats import write_sample_file as write
+from headrace.pipeline import Loader
+from headrace.testing import assert_resume_exact, batch_digest
+
+# class folder -> images in it; "cat/kitten/" is nested, as ImageFolder allows
+LAYOUT = {"dog": 4, "cat": 3, "cat/kitten": 2, "ant": 3}
+
+
+def image_folder(root: Path, layout: dict[str, int] = LAYOUT) -> Path:
+    n = 0
+    for folder, count in layout.items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            arrays = synthetic_arrays("jpeg", seed=n, shape=(8, 8, 3))
+            write("jpeg", root / folder / f"{i:03d}.jpg", arrays)
+            n += 1
+    return root
+
+
+def imagefolder_targets(root: Path) -> dict[str, int]:
+    """What torchvision's ``ImageFolder`` gives each file (its ``find_classes`` and
+    ``make_dataset``, written out: class = a folder right under the root, numbered in
+    sorted order; every file below it, at any depth, is of that class)."""
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    out = {}
+    for i, c in enumerate(classes):
+        for dirpath, _, names in os.walk(root / c):
+            for name in names:
+                out[os.path.relpath(os.path.join(dirpath, name), root)] = i
+    return out
+
+
+def labels_of(src: FileSource, batch: dict[str, Any]) -> dict[str, int]:
+    files = src.file_item(batch["index"])[0]
+    return {src.files.keys[f]: int(v) for f, v in zip(files, batch["label"], strict=True)}
+
+
+def test_folders_give_imagefolder_classes(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train")
+    src = FileSource(root, format="jpeg", labels="folders")
+    assert src.classes == ("ant", "cat", "dog")
+    want = imagefolder_targets(root)
+    assert len(want) == 12
+    seen: dict[str, int] = {}
+    with Loader(src, batch_size=4, seed=3, steps=6) as loader:  # two epochs
+        for batch in loader:
+            assert batch["label"].dtype == np.int64 and batch["label"].shape == (4,)
+            seen.update(labels_of(src, batch))
+    assert seen == want  # cat/kitten/*.jpg are cats, as in ImageFolder
+    src.close()
+
+
+def test_every_sample_of_a_file_gets_its_class(tmp_path: Path) -> None:
+    for c, n in (("b", 2), ("a", 3)):
+        (tmp_path / c).mkdir()
+        for i in range(n):
+            data = np.full((4, 2), 10 * n + i, dtype=np.int32)  # 4 samples a file
+            write("npy", tmp_path / c / f"{i}.npy", {"data": data})
+    src = FileSource(tmp_path, format="npy", samples_per_file=4, labels="folders")
+    with Loader(src, batch_size=5, seed=0, steps=4) as loader:
+        for batch in loader:
+            # a file's value says its folder: 30.. in a (3 files), 20.. in b (2 files)
+            want = np.where(batch["data"][:, 0] >= 30, 0, 1)
+            np.testing.assert_array_equal(batch["label"], want)
+    src.close()
+
+
+def test_a_list_or_glob_takes_the_folder_each_file_is_in(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train")
+    src = FileSource(str(root / "*" / "*.jpg"), format="jpeg", labels="folders")
+    # A glob's matches carry no root: cat/kitten/*.jpg (not matched here) would be kitten.
+    assert src.classes == ("ant", "cat", "dog")
+    assert len(src.files) == 10
+    src.close()
+    nested = sorted(str(p) for p in root.rglob("*.jpg"))
+    src = FileSource(nested, format="jpeg", labels="folders")
+    assert src.classes == ("ant", "cat", "dog", "kitten")
+    src.close()
+    # One class's files alone: the folder they are in, not a key's first folder.
+    src = FileSource(sorted((root / "dog").glob("*.jpg")), format="jpeg", labels="folders")
+    assert src.classes == ("dog",)
+    np.testing.assert_array_equal(src.file_labels, [0, 0, 0, 0])
+    src.close()
+
+
+def test_a_split_numbered_as_training_was(tmp_path: Path) -> None:
+    train = image_folder(tmp_path / "train")
+    val = image_folder(tmp_path / "val", {"dog": 2, "cat": 2})  # no "ant" images
+    with FileSource(train, format="jpeg", labels="folders") as t:
+        classes = t.classes
+    assert classes is not None
+    with FileSource(val, format="jpeg", labels="folders") as alone:
+        assert alone.classes == ("cat", "dog")  # cat would be 0: not training's number
+    with FileSource(val, format="jpeg", labels=classes) as v:
+        assert v.classes == ("ant", "cat", "dog")
+        with Loader(v, batch_size=4, seed=0, steps=1) as loader:
+            batch = next(iter(loader))
+        got = labels_of(v, batch)
+    assert got == {k: 1 if k.startswith("cat") else 2 for k in got}
+    assert len(got) == 4
+
+
+@pytest.mark.parametrize(
+    ("labels", "says"),
+    [
+        ("folder", "must be 'folders'"),
+        ({"cat", "dog"}, "not a set"),
+        ([], "empty list"),
+        (["cat", "dog", "cat"], "class 'cat' twice"),
+        ([1, 2], "list of class names"),
+    ],
+)
+def test_bad_labels_are_refused(tmp_path: Path, labels: Any, says: str) -> None:
+    root = image_folder(tmp_path / "train", {"cat": 1})
+    with pytest.raises(ConfigError, match=says):
+        FileSource(root, format="jpeg", labels=labels)
+
+
+def test_folders_not_among_the_classes_are_named(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train")
+    with pytest.raises(DataError) as err:
+        FileSource(root, format="jpeg", labels=["cat", "dog"])
+    said = str(err.value)
+    assert "1 of its 3 class folders" in said and "['ant']" in said
+    assert "ant/000.jpg" in said and str(root) in said
+
+
+def test_files_in_no_class_folder_are_refused(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train", {"cat": 2})
+    write("jpeg", root / "stray.jpg", synthetic_arrays("jpeg", seed=9, shape=(8, 8, 3)))
+    with pytest.raises(DataError, match=r"1 of 3 files are directly in .*'stray.jpg'"):
+        FileSource(root, format="jpeg", labels="folders")
+
+
+def test_labels_are_part_of_the_state(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train")
+
+    def loader(**kw: Any) -> Loader:
+        return Loader(FileSource(root, format="jpeg", **kw), batch_size=4, seed=1)
+
+    with loader(labels="folders") as a:
+        next(iter(a))
+        state = a.state_dict()
+    with loader() as plain, pytest.raises(StateError, match="classes"):
+        plain.load_state_dict(state)
+    with loader(labels=["ant", "dog", "cat"]) as other, pytest.raises(StateError):
+        other.load_state_dict(state)  # other numbers: other batches
+    with loader(labels=["ant", "cat", "dog"]) as same:  # the sorted names, given
+        same.load_state_dict(state)
+    assert_resume_exact(lambda: loader(labels="folders"), steps=9, resume_at=[1, 3, 4])
+
+
+def test_a_replaced_sample_has_its_replacements_class(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train", {"a": 1, "b": 5})
+    (root / "a" / "000.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    src = FileSource(root, format="jpeg", labels="folders", on_corrupt="replace", max_corrupt=1)
+    with Loader(src, batch_size=6, seed=0, steps=1) as loader:
+        batch = next(iter(loader))
+    assert src.replaced_samples == 1
+    np.testing.assert_array_equal(batch["label"], np.ones(6))  # every image is b's now
+    src.close()
+
+
+def test_iterable_style_and_a_pickled_copy_label_alike(tmp_path: Path) -> None:
+    root = image_folder(tmp_path / "train")
+    src = FileSource(root, format="jpeg", labels="folders")
+    want = imagefolder_targets(root)
+    it = IterableFiles(src, batch_size=3)
+    for batch in it.epoch(seed=0, epoch=0):
+        assert labels_of(src, batch) == {k: want[k] for k in labels_of(src, batch)}
+    it.close()
+    copy = pickle.loads(pickle.dumps(src))  # a worker's copy: the parent's labels
+    assert copy.classes == src.classes
+    np.testing.assert_array_equal(copy.file_labels, src.file_labels)
+    with (
+        Loader(src, batch_size=4, seed=2, steps=5) as a,
+        Loader(copy, batch_size=4, seed=2, steps=5) as b,
+    ):
+        assert batch_digest(a) == batch_digest(b)
+    src.close()
+    copy.close()
+
+
+def test_a_files_own_label_is_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    arrays = {"x": np.zeros((2, 3), np.float32), "label": np.array([5, 6])}
+    write("npz", tmp_path / "a" / "0.npz", arrays)
+    src = FileSource(tmp_path, format="npz", samples_per_file=2, labels="folders")
+    with (
+        Loader(src, batch_size=2, seed=0, steps=1) as loader,
+        pytest.raises(DataError, match="hold a 'label' of their own"),
+    ):
+        next(iter(loader))
+    src.close()
+
+
+def test_torch_workers_give_the_same_labels(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from headrace.torch import HeadraceDataLoader, TorchDataset
+
+    root = image_folder(tmp_path / "train")
+
+    def digest(workers: int) -> tuple[str, list[int]]:
+        ds = TorchDataset(FileSource(root, format="jpeg", labels="folders"), batch_size=4, seed=5)
+        labels: list[int] = []
+        batches = []
+        with HeadraceDataLoader(ds, num_workers=workers) as dl:
+            for _, batch in zip(range(6), dl, strict=False):
+                labels += batch["label"].tolist()
+                batches.append({k: v.numpy() for k, v in batch.items()})
+        return batch_digest(batches), labels
+
+    d0, labels = digest(0)
+    assert digest(2) == (d0, labels)
+    assert sorted(set(labels)) == [0, 1, 2]
