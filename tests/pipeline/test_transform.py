@@ -316,6 +316,30 @@ def test_random_resized_crop_of_the_whole_image_at_its_size_is_the_image() -> No
     assert np.array_equal(got, grey)
 
 
+@pytest.mark.parametrize("channels", [0, 3, 4])
+def test_random_resized_crop_is_torchvisions_crop_resize_and_flip(channels: int) -> None:
+    # What torchvision's RandomResizedCrop + RandomHorizontalFlip do to a PIL image,
+    # written out with Pillow: crop, bilinear resize, then FLIP_LEFT_RIGHT.
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    shape = (6, 30, 26) if channels == 0 else (6, 30, 26, channels)
+    imgs = rng.integers(0, 256, shape, dtype=np.uint8)
+    rrc = RandomResizedCrop((9, 11), scale=(0.2, 1.0))
+    samples = Samples(3, np.arange(6, dtype=np.int64))
+    got = rrc({"image": imgs}, samples)["image"]
+    mirrored = 0
+    for i, sample_rng in enumerate(samples.rngs()):
+        top, left, h, w = rrc.region(30, 26, sample_rng)
+        pil = Image.fromarray(imgs[i]).crop((left, top, left + w, top + h))
+        pil = pil.resize((11, 9), Image.Resampling.BILINEAR)
+        if sample_rng.random() < 0.5:
+            pil = pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            mirrored += 1
+        assert np.array_equal(got[i], np.asarray(pil)), i
+    assert 0 < mirrored < 6
+
+
 @pytest.mark.parametrize("channels", [0, 1, 3, 4])
 def test_random_resized_crop_resizes_16_bit_images_channel_by_channel(
     channels: int, tmp_path: Path
