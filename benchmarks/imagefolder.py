@@ -2,7 +2,7 @@
 torchvision's ``ImageFolder`` and a ``DataLoader``, the pipeline users start from.
 
     python benchmarks/imagefolder.py [--root DIR] [--images 1024] [--classes 10]
-                                     [--batch 32] [--workers 2] [--trials 3]
+                                     [--batch 32] [--workers 2] [--trials 3] [--val]
 
 Needs torch and torchvision (``pip install torchvision`` for the torch you have).
 Writes (once) ``--images`` JPEGs of ImageNet's typical sizes (300-500 x 400-600,
@@ -19,14 +19,22 @@ per side per trial, the sides' order rotated each trial:
                     threads): uint8 (B, 224, 224, 3) tensors and ``label``
 ``headrace-workers`` the same with ``num_workers=--workers`` processes
 
-Both do the same work a sample: a full decode, a random crop of 8-100% of the area
+``--val``: the evaluation pipeline instead, in file order: torchvision's ``Resize(256)``,
+``CenterCrop(224)`` and ``PILToTensor()`` with ``shuffle=False``, against
+``CenterCrop((224, 224), resize=256)`` over ``shuffle="none"``; there every side must
+give the same SHA-256 (torchvision's images digested as (B, 224, 224, 3), as headrace
+gives them).
+
+For training, both do the same work a sample: a full decode, a random crop of 8-100% of the area
 at a 3/4-4/3 aspect ratio resized bilinearly to 224 x 224, a flip half the time.
 Checked, untimed: every side reads each image once an epoch; headrace's label of
 every sample equals ``ImageFolder``'s target for that file; both headrace sides give
 one SHA-256 over images and labels (their crops are drawn from ``(seed, sample)``,
 not from the process or thread that made them; torchvision's come from its workers'
-generators, so its images are not compared). Reported: median images/s an epoch,
-ratios against torchvision's, and each side's digest.
+generators, so its images are not compared). Those checks run in one more epoch a
+side after the timed ones; in a timed epoch the consumer only counts the samples.
+Reported: median images/s an epoch (wall clock, worker start included), ratios
+against torchvision's, and each side's digest.
 """
 
 from __future__ import annotations
@@ -86,40 +94,39 @@ def torchvision() -> Any:
     return tv
 
 
-def torchvision_epoch(root: Path, batch: int, workers: int, seed: int) -> Iterable[Any]:
+def torchvision_epoch(root: Path, batch: int, workers: int, seed: int, val: bool) -> Iterable[Any]:
     import torch
 
     tv = torchvision()
     datasets, transforms = tv.datasets, tv.transforms
-
-    t = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(224),
-            transforms.RandomHorizontalFlip(),
-            transforms.PILToTensor(),
-        ]
-    )
+    if val:
+        steps = [transforms.Resize(256), transforms.CenterCrop(224)]
+    else:
+        steps = [transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()]
+    t = transforms.Compose([*steps, transforms.PILToTensor()])
     ds = datasets.ImageFolder(str(root), transform=t)
     g = torch.Generator()
     g.manual_seed(seed)
     dl = torch.utils.data.DataLoader(
-        ds, batch_size=batch, shuffle=True, num_workers=workers, generator=g, drop_last=True
+        ds, batch_size=batch, shuffle=not val, num_workers=workers, generator=g, drop_last=True
     )
     yield from dl
 
 
-def headrace_epoch(root: Path, batch: int, workers: int, seed: int, images: int) -> Iterable[Any]:
+def headrace_epoch(
+    root: Path, batch: int, workers: int, seed: int, images: int, val: bool
+) -> Iterable[Any]:
     from headrace.formats import FileSource
     from headrace.torch import HeadraceDataLoader, TorchDataset
-    from headrace.transforms import RandomResizedCrop
+    from headrace.transforms import CenterCrop, RandomResizedCrop
 
-    src = FileSource(root, format="jpeg", labels="folders")
+    src = FileSource(root, format="jpeg", labels="folders", shuffle="none" if val else "files")
     ds = TorchDataset(
         src,
         batch_size=batch,
         seed=seed,
         steps=images // batch,
-        transform=RandomResizedCrop((224, 224)),
+        transform=CenterCrop((224, 224), resize=256) if val else RandomResizedCrop((224, 224)),
     )
     with HeadraceDataLoader(ds, num_workers=workers) as dl:
         for b in dl:
@@ -135,6 +142,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--val", action="store_true", help="the evaluation pipeline (see above)")
     a = p.parse_args()
     if a.images % a.batch:
         p.error("--images must be a multiple of --batch (every side reads whole batches)")
@@ -153,54 +161,57 @@ def main() -> None:
         f"batch {a.batch}, {a.workers} workers where a side has them"
     )
 
-    def run(side: str, trial: int) -> tuple[float, str]:
+    def run(side: str, trial: int, check: bool) -> tuple[float, str]:
+        """Images/s of one epoch, wall clock, the consumer only counting; with ``check``
+        (an untimed epoch) each label checked and the images and labels digested."""
         seen: list[int] = []
         h = hashlib.sha256()
         epoch: Callable[[], Iterable[Any]]
         if side == "torchvision":
-            epoch = lambda: torchvision_epoch(root, a.batch, a.workers, trial)  # noqa: E731
+            epoch = lambda: torchvision_epoch(root, a.batch, a.workers, trial, a.val)  # noqa: E731
         else:
             w = a.workers if side == "headrace-workers" else 0
-            epoch = lambda: headrace_epoch(root, a.batch, w, 7, a.images)  # noqa: E731
+            epoch = lambda: headrace_epoch(root, a.batch, w, 7, a.images, a.val)  # noqa: E731
         n = 0
-        spent, t0 = 0.0, time.perf_counter()
+        t0 = time.perf_counter()
         for got in epoch():
-            spent += time.perf_counter() - t0
             images, labels = got[0], got[1]
-            assert tuple(images.shape[-3:]) in ((3, 224, 224), (224, 224, 3)), images.shape
             n += len(labels)
+            if not check:
+                continue
+            assert tuple(images.shape[-3:]) in ((3, 224, 224), (224, 224, 3)), images.shape
             if side != "torchvision":
                 for i, label in zip(got[2].tolist(), labels.tolist(), strict=True):
                     assert target[keys[i]] == label, (keys[i], label, target[keys[i]])
                     seen.append(i)
-                h.update(images.numpy().tobytes())
-                h.update(labels.numpy().tobytes())
-            t0 = time.perf_counter()
-        spent += time.perf_counter() - t0
+            elif a.val:
+                images = images.permute(0, 2, 3, 1)  # CHW as headrace's HWC, to digest alike
+            h.update(images.numpy().tobytes())
+            h.update(labels.numpy().tobytes())
+        rate = n / (time.perf_counter() - t0)
         assert n == a.images, (side, n)
-        if side != "torchvision":
+        if check and side != "torchvision":
             assert sorted(seen) == list(range(a.images)), "an image read twice or not at all"
-        return n / spent, h.hexdigest()[:12] if side != "torchvision" else "-"
+        return rate, h.hexdigest()[:12] if check and (side != "torchvision" or a.val) else "-"
 
     sides = ["torchvision", "headrace", "headrace-workers"]
-    res: dict[str, list[tuple[float, str]]] = {s: [] for s in sides}
+    res: dict[str, list[float]] = {s: [] for s in sides}
     for t in range(a.trials):
         order = sides[t % 3 :] + sides[: t % 3]
         for side in order:
-            res[side].append(run(side, t))
-            out(f"trial {t + 1} {side}: {res[side][-1][0]:.1f} images/s")
-    both = {r[1] for side in ("headrace", "headrace-workers") for r in res[side]}
-    assert len(both) == 1, f"headrace's sides disagree: {both}"
-    base = statistics.median(r[0] for r in res["torchvision"])
+            res[side].append(run(side, t, check=False)[0])
+            out(f"trial {t + 1} {side}: {res[side][-1]:.1f} images/s")
+    digest = {side: run(side, 0, check=True)[1] for side in sides}
+    agree = ("headrace", "headrace-workers", *(("torchvision",) if a.val else ()))
+    assert len({digest[side] for side in agree}) == 1, f"{', '.join(agree)} disagree: {digest}"
+    base = statistics.median(res["torchvision"])
     out("| side | images/s (min-max) | x torchvision | sha256 |")
     out("|---|---|---|---|")
-    for side, rs in res.items():
-        rates = [r[0] for r in rs]
+    for side, rates in res.items():
         med = statistics.median(rates)
-        digests = ", ".join(sorted({r[1] for r in rs}))
         out(
             f"| {side} | {med:.1f} ({min(rates):.1f}-{max(rates):.1f}) | "
-            f"{med / base:.2f}x | {digests} |"
+            f"{med / base:.2f}x | {digest[side]} |"
         )
 
 

@@ -23,7 +23,13 @@ from headrace.io._pool import usable_cpus as _usable_cpus
 if typing.TYPE_CHECKING:
     from headrace.pipeline import Samples
 
-__all__ = ["RandomCrop", "RandomResizedCrop", "resize_threads", "set_resize_threads"]
+__all__ = [
+    "CenterCrop",
+    "RandomCrop",
+    "RandomResizedCrop",
+    "resize_threads",
+    "set_resize_threads",
+]
 
 # Threads that resize a batch's images (Pillow releases the GIL while it resizes):
 # the CPUs this process may use, at most 8 (on 16 cores 8 resized 1.32x faster than 2).
@@ -156,31 +162,15 @@ class RandomResizedCrop:
     def __call__(
         self, arrays: dict[str, NDArray[Any]], samples: Samples
     ) -> dict[str, NDArray[Any]]:
-        try:
-            from PIL import Image
-        except ImportError as exc:  # pragma: no cover - the images extra brings it
-            raise errors.ConfigError(
-                "RandomResizedCrop resizes with Pillow: pip install 'headrace[images]'"
-            ) from exc
+        image_mod = _pillow(self)
         height, width = self.size
         images = [np.asarray(img) for img in _images(self, arrays)]
         out: NDArray[Any] | None = None
         jobs = []
         for i, (img, rng) in enumerate(zip(images, samples.rngs(), strict=True)):
-            if img.dtype not in (np.uint8, np.uint16) or img.ndim not in (2, 3):
-                raise errors.DataError(
-                    f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
-                    f"{img.dtype} {img.shape}; it resizes uint8 or uint16 (H, W) or (H, W, C) "
-                    "images"
-                )
+            _check_image(self, img, int(samples.numbers[i]), out)
             if out is None:
                 out = np.empty((len(images), height, width, *img.shape[2:]), img.dtype)
-            elif img.shape[2:] != out.shape[3:] or img.dtype != out.dtype:
-                raise errors.DataError(
-                    f"RandomResizedCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
-                    f"{img.dtype} {img.shape}, the first was {out.dtype} with channels "
-                    f"{out.shape[3:]}{_MODE_HINT}"
-                )
             # Every draw here, in row order; the resizing (no draws) may run anywhere.
             region = self.region(img.shape[0], img.shape[1], rng)
             jobs.append((i, region, self.flip and rng.random() < 0.5))
@@ -189,38 +179,153 @@ class RandomResizedCrop:
             assert out is not None
             i, (top, left, h, w), mirror = job
             crop = images[i][top : top + h, left : left + w]
-            if crop.dtype == np.uint16 and crop.ndim == 3:
-                # Pillow has no 16-bit colour mode: each channel as 16-bit grey.
-                resized = np.stack([_resized(Image, crop[..., c], width, height, mirror)
-                                    for c in range(crop.shape[2])], axis=-1)  # fmt: skip
-            else:
-                one = crop[..., 0] if crop.ndim == 3 and crop.shape[2] == 1 else crop
-                resized = _resized(Image, one, width, height, mirror)
-            out[i] = resized.reshape(out.shape[1:])
+            out[i] = _resized(image_mod, crop, width, height, mirror).reshape(out.shape[1:])
 
-        # Pillow resizes without the GIL: the rows are resized on a few threads.
-        if len(jobs) > 1:
-            list(_resize.get().map(resize, jobs))
-        else:
-            for job in jobs:
-                resize(job)
+        _on_threads(resize, jobs)
         return _replaced(arrays, self.key, out, self.size)
+
+
+@dataclass(frozen=True, slots=True)
+class CenterCrop:
+    """torchvision's evaluation transform: ``Resize(resize)`` then ``CenterCrop(size)``.
+
+    ``resize``: an integer resizes each image so its shorter side has that many pixels
+    (the longer one ``int(resize * long / short)``), a ``(height, width)`` to that size;
+    bilinear, with Pillow, as torchvision resizes a PIL image; ``None``: no resize.
+    Then the centre ``size`` = (height, width) is cut out, its corner at
+    ``round((H - height) / 2)`` as torchvision rounds it; an image smaller than
+    ``size`` is padded with zeros as torchvision pads it first. The same images as
+    ``Compose([Resize(resize), CenterCrop(size)])`` on the PIL images, in one
+    ``(B, height, width[, C])`` array; ``<key>_shape`` is dropped. No randomness: a
+    sample's crop is the same in every epoch.
+    """
+
+    size: tuple[int, int]
+    resize: int | tuple[int, int] | None = None
+    key: str = "image"
+
+    def __post_init__(self) -> None:
+        _check_size(self)
+        r = self.resize
+        fine = (
+            r is None
+            or (isinstance(r, int) and not isinstance(r, bool) and r >= 1)
+            or (
+                isinstance(r, tuple | list)
+                and len(r) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in r)
+            )
+        )
+        if not fine:
+            raise errors.ConfigError(
+                "CenterCrop resize must be an integer (the shorter side), (height, width), "
+                f"or None (got {r!r})."
+            )
+        if r is not None and not isinstance(r, int):  # a list kept as a tuple
+            object.__setattr__(self, "resize", (r[0], r[1]))
+
+    def resized_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) of an image of ``height x width`` after ``resize``."""
+        r = self.resize
+        if r is None:
+            return height, width
+        if isinstance(r, tuple):
+            return r
+        if width <= height:
+            return int(r * height / width), r
+        return r, int(r * width / height)
+
+    def __call__(
+        self, arrays: dict[str, NDArray[Any]], samples: Samples
+    ) -> dict[str, NDArray[Any]]:
+        height, width = self.size
+        images = [np.asarray(img) for img in _images(self, arrays)]
+        out: NDArray[Any] | None = None
+        for i, img in enumerate(images):
+            _check_image(self, img, int(samples.numbers[i]), out)
+            if out is None:
+                out = np.zeros((len(images), height, width, *img.shape[2:]), img.dtype)
+        image_mod = _pillow(self) if self.resize is not None else None
+
+        def crop(i: int) -> None:
+            assert out is not None
+            img = images[i]
+            h, w = self.resized_size(*img.shape[:2])
+            if image_mod is not None and (h, w) != img.shape[:2]:
+                img = _resized(image_mod, img, w, h, False).reshape(h, w, *img.shape[2:])
+            # torchvision pads a side smaller than the crop (left/top by half, rounded
+            # down), then cuts at round((padded - crop) / 2), Python's rounding (half to
+            # even): the image's first row and column land at these places in out.
+            ph, pw = max(height - h, 0), max(width - w, 0)
+            top = round((h + ph - height) / 2.0) - ph // 2
+            left = round((w + pw - width) / 2.0) - pw // 2
+            ys, xs = max(top, 0), max(left, 0)  # the image's rows and columns kept
+            ye, xe = min(top + height, h), min(left + width, w)
+            out[i, ys - top : ye - top, xs - left : xe - left] = img[ys:ye, xs:xe]
+
+        _on_threads(crop, range(len(images)))
+        return _replaced(arrays, self.key, out, self.size)
+
+
+def _pillow(t: RandomResizedCrop | CenterCrop) -> Any:
+    """``PIL.Image``, which resizes (the ``images`` extra)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:  # pragma: no cover - the images extra brings it
+        raise errors.ConfigError(
+            f"{type(t).__name__} resizes with Pillow: pip install 'headrace[images]'"
+        ) from exc
+    return Image
+
+
+def _check_image(
+    t: RandomResizedCrop | CenterCrop, img: NDArray[Any], number: int, out: NDArray[Any] | None
+) -> None:
+    """Refuse an image Pillow cannot resize, or one unlike the batch's first (``out``)."""
+    name = type(t).__name__
+    if img.dtype not in (np.uint8, np.uint16) or img.ndim not in (2, 3):
+        raise errors.DataError(
+            f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it resizes "
+            "uint8 or uint16 (H, W) or (H, W, C) images"
+        )
+    if out is not None and (img.shape[2:] != out.shape[3:] or img.dtype != out.dtype):
+        raise errors.DataError(
+            f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, the first was "
+            f"{out.dtype} with channels {out.shape[3:]}{_MODE_HINT}"
+        )
+
+
+def _on_threads(fn: Any, jobs: Any) -> None:
+    """``fn(job)`` for every job, on the resize threads where there are several: Pillow
+    resizes without the GIL."""
+    jobs = list(jobs)
+    if len(jobs) > 1:
+        list(_resize.get().map(fn, jobs))
+    else:
+        for job in jobs:
+            fn(job)
 
 
 def _resized(
     image_mod: Any, a: NDArray[Any], width: int, height: int, mirror: bool
 ) -> NDArray[Any]:
-    """``a`` (uint8 grey or colour, or uint16 grey: Pillow's ``I;16``) resized bilinearly,
-    and ``mirror``-ed left-right by Pillow (a mirrored copy through NumPy moves a pixel at
-    a time: 153 us for 224 x 224 x 3 against Pillow's 19, measured in isolation)."""
-    pil = image_mod.fromarray(np.ascontiguousarray(a))
+    """``a`` resized bilinearly by Pillow to ``width x height`` and ``mirror``-ed
+    left-right by Pillow (a mirrored copy through NumPy moves a pixel at a time: 153 us
+    for 224 x 224 x 3 against Pillow's 19, measured in isolation). uint8 grey or colour;
+    uint16 as Pillow's 16-bit grey ``I;16``, a colour image channel by channel (Pillow
+    has no 16-bit colour mode)."""
+    if a.dtype == np.uint16 and a.ndim == 3 and a.shape[2] > 1:
+        planes = [_resized(image_mod, a[..., c], width, height, mirror) for c in range(a.shape[2])]
+        return np.stack(planes, axis=-1)
+    one = a[..., 0] if a.ndim == 3 and a.shape[2] == 1 else a
+    pil = image_mod.fromarray(np.ascontiguousarray(one))
     pil = pil.resize((width, height), image_mod.Resampling.BILINEAR)
     if mirror:
         pil = pil.transpose(image_mod.Transpose.FLIP_LEFT_RIGHT)
     return np.asarray(pil)
 
 
-def _check_size(t: RandomCrop | RandomResizedCrop) -> None:
+def _check_size(t: RandomCrop | RandomResizedCrop | CenterCrop) -> None:
     size: Any = t.size
     if isinstance(size, int) and not isinstance(size, bool):  # a square, as torchvision takes it
         object.__setattr__(t, "size", (size, size))
@@ -235,7 +340,9 @@ def _check_size(t: RandomCrop | RandomResizedCrop) -> None:
         )
 
 
-def _images(t: RandomCrop | RandomResizedCrop, arrays: dict[str, NDArray[Any]]) -> list[Any]:
+def _images(
+    t: RandomCrop | RandomResizedCrop | CenterCrop, arrays: dict[str, NDArray[Any]]
+) -> list[Any]:
     if t.key not in arrays:
         raise errors.ConfigError(
             f"{type(t).__name__}: the batch has no {t.key!r} (keys: {sorted(arrays)}); "

@@ -16,6 +16,7 @@ from headrace.formats import FileSource, TokenSource, synthetic_arrays, write_sa
 from headrace.pipeline import Loader, Mapped, Samples
 from headrace.testing import assert_resume_exact, batch_digest
 from headrace.transforms import (
+    CenterCrop,
     RandomCrop,
     RandomResizedCrop,
     resize_threads,
@@ -411,3 +412,91 @@ def test_random_resized_crop_refuses_what_it_cannot_resize() -> None:
         RandomResizedCrop((4, 4))({"image": mixed}, Samples(0, np.arange(2, dtype=np.int64)))
     with pytest.raises(ConfigError, match="RandomResizedCrop: the batch has no 'image'"):
         RandomResizedCrop((4, 4))({"x": deep}, Samples(0, np.arange(1, dtype=np.int64)))
+
+
+# -- CenterCrop ------------------------------------------------------------------------
+
+
+def torchvision_eval(img: NDArray[Any], size: tuple[int, int], resize: Any) -> NDArray[Any]:
+    """torchvision's ``Compose([Resize(resize), CenterCrop(size)])`` on a PIL image,
+    written out with Pillow (torchvision 0.28's ``_compute_resized_output_size``,
+    ``F.center_crop``'s padding and ``int(round(...))``)."""
+    from PIL import Image, ImageOps
+
+    pil = Image.fromarray(img)
+    if resize is not None:
+        w, h = pil.size
+        if isinstance(resize, int):
+            short, long = (w, h) if w <= h else (h, w)
+            new_short, new_long = resize, int(resize * long / short)
+            new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+        else:
+            new_h, new_w = resize
+        if (new_w, new_h) != pil.size:
+            pil = pil.resize((new_w, new_h), Image.Resampling.BILINEAR)
+    ch, cw = size
+    w, h = pil.size
+    if cw > w or ch > h:
+        ltrb = (
+            (cw - w) // 2 if cw > w else 0,
+            (ch - h) // 2 if ch > h else 0,
+            (cw - w + 1) // 2 if cw > w else 0,
+            (ch - h + 1) // 2 if ch > h else 0,
+        )
+        pil = ImageOps.expand(pil, border=ltrb, fill=0)
+        w, h = pil.size
+    top, left = round((h - ch) / 2.0), round((w - cw) / 2.0)  # half to even, as int(round())
+    return np.asarray(pil.crop((left, top, left + cw, top + ch)))
+
+
+@pytest.mark.parametrize(
+    ("size", "resize"),
+    [((12, 12), 16), ((9, 7), 13), ((10, 11), None), ((40, 30), None), ((8, 9), (14, 11))],
+)
+@pytest.mark.parametrize("channels", [0, 3])
+def test_center_crop_is_torchvisions_resize_and_center_crop(
+    size: tuple[int, int], resize: Any, channels: int
+) -> None:
+    rng = np.random.default_rng(5)
+    # Odd and even margins (round half to even), portrait and landscape, and images
+    # smaller than the crop (padded with zeros, as torchvision pads).
+    shapes = [(20, 15), (15, 20), (21, 18), (11, 13), (33, 32), (8, 8)]
+    imgs = np.empty(len(shapes), dtype=object)
+    for i, (h, w) in enumerate(shapes):
+        imgs[i] = rng.integers(1, 256, (h, w) if channels == 0 else (h, w, channels), np.uint8)
+    got = CenterCrop(size, resize=resize)({"image": imgs}, Samples(0, np.arange(len(shapes))))
+    image = got["image"]
+    assert image.shape == (len(shapes), *size, *((channels,) if channels else ()))
+    for i in range(len(shapes)):
+        assert np.array_equal(image[i], torchvision_eval(imgs[i], size, resize)), shapes[i]
+
+
+def test_center_crop_reads_the_same_in_every_epoch_and_on_two_hosts(jpegs: Path) -> None:
+    t = CenterCrop(20, resize=24)
+    src = FileSource(jpegs, format="jpeg")
+    n = len(list(jpegs.iterdir()))
+    with Loader(src, batch_size=4, seed=1, steps=2 * n // 4, transform=t) as ld:
+        by_index: dict[int, list[bytes]] = {}
+        for b in ld:
+            assert b["image"].shape == (4, 20, 20, 3) and "image_shape" not in b
+            for i, img in zip(b["index"].tolist(), b["image"], strict=True):
+                by_index.setdefault(i, []).append(img.tobytes())
+    assert len(by_index) == n and all(len(set(v)) == 1 and len(v) == 2 for v in by_index.values())
+    assert_resume_exact(
+        lambda: Loader(FileSource(jpegs, format="jpeg"), batch_size=4, seed=1, transform=t),
+        steps=5,
+        resume_at=[2],
+    )
+
+
+@pytest.mark.parametrize("resize", [0, -3, True, 2.5, (3,), [4, "5"]])
+def test_center_crop_refuses_a_bad_resize(resize: Any) -> None:
+    with pytest.raises(ConfigError, match="CenterCrop resize must be"):
+        CenterCrop(8, resize=resize)
+
+
+def test_center_crop_refuses_mixed_channels() -> None:
+    imgs = np.empty(2, dtype=object)
+    imgs[0], imgs[1] = np.zeros((9, 9, 3), np.uint8), np.zeros((9, 9), np.uint8)
+    with pytest.raises(DataError, match="CenterCrop: sample 1's 'image' is uint8 \\(9, 9\\)"):
+        CenterCrop(4)({"image": imgs}, Samples(0, np.arange(2)))
