@@ -54,6 +54,7 @@ def test_folders_give_imagefolder_classes(tmp_path: Path) -> None:
     root = image_folder(tmp_path / "train")
     src = FileSource(root, format="jpeg", labels="folders")
     assert src.classes == ("ant", "cat", "dog")
+    assert "12 jpeg file(s), 12 samples an epoch, shuffle='files', labels of 3 classes" in repr(src)
     want = imagefolder_targets(root)
     assert len(want) == 12
     seen: dict[str, int] = {}

@@ -267,10 +267,11 @@ class FileSource(Closing):
     def __repr__(self) -> str:
         c = self.config
         skipped = self.files.skipped()
+        classes = "" if self.classes is None else f", labels of {len(self.classes):,} classes"
         return (
             f"FileSource({self.files.url or 'a list of paths'!r}, {len(self.files):,} "
             f"{self.format.name} file(s), {self.samples_per_epoch:,} samples an epoch, "
-            f"shuffle={c.shuffle!r}{'; ' + skipped if skipped else ''})"
+            f"shuffle={c.shuffle!r}{classes}{'; ' + skipped if skipped else ''})"
         )
 
     @property
