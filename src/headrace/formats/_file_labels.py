@@ -56,34 +56,33 @@ def folder_labels(
     (``rooted``: keys relative to the folder or prefix ``where``, whose first folder
     counts; else full names, whose parent folder counts), numbered by ``labels``
     (``"folders"``: the sorted names)."""
-    folders = [_folder(k, rooted) for k in keys]
-    loose = [k for k, f in zip(keys, folders, strict=True) if not f]
-    if loose:
+    # The keys are read once (a packed name is decoded each time it is read: 0.3 s for
+    # ImageNet's 1.28M), and only the folders after that.
+    if rooted:
+        folders = [head if sep else "" for head, sep, _ in (k.partition("/") for k in keys)]
+    else:
+        folders = [k.rpartition("/")[0].rpartition("/")[2] for k in keys]
+    found = set(folders)
+    if "" in found:
+        loose = [i for i, f in enumerate(folders) if not f]
         at = f"directly in {where}" if rooted else "in no folder"
         raise DataError(
             f"{where or 'the list of files'}: labels='folders' takes each file's class from "
-            f"the folder it is in, but {len(loose):,} of {len(keys):,} files are {at} "
-            f"(e.g. {loose[0]!r}): move them into their class's folder, or leave them out"
+            f"the folder it is in, but {len(loose):,} of {len(folders):,} files are {at} "
+            f"(e.g. {keys[loose[0]]!r}): move them into their class's folder, or leave them "
+            "out"
         )
-    names = sorted(set(folders)) if labels == "folders" else list(labels)
+    names = sorted(found) if labels == "folders" else list(labels)
     number = {c: i for i, c in enumerate(names)}
-    unknown = sorted(set(folders) - set(number))
+    unknown = sorted(found - set(number))
     if unknown:
-        example = next(k for k, f in zip(keys, folders, strict=True) if f == unknown[0])
+        example = keys[folders.index(unknown[0])]
         raise DataError(
-            f"{where or 'the list of files'}: {len(unknown):,} of its {len(set(folders)):,} "
-            f"class folders are not among the {len(names):,} classes labels= names: "
+            f"{where or 'the list of files'}: {len(unknown):,} of its {len(found):,} class "
+            f"folders are not among the {len(names):,} classes labels= names: "
             f"{unknown[:5]!r} (e.g. {example!r}): add them to the list, or leave their "
             "files out"
         )
     out = np.fromiter((number[f] for f in folders), dtype=np.int32, count=len(folders))
     out.setflags(write=False)
     return tuple(names), out
-
-
-def _folder(key: str, rooted: bool) -> str:
-    """The class folder of ``key`` ("" where it is in none)."""
-    if rooted:
-        head, sep, _ = key.partition("/")
-        return head if sep else ""
-    return key.rpartition("/")[0].rpartition("/")[2]
