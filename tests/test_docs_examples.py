@@ -257,6 +257,10 @@ def _write_datasets(root: Path) -> None:
     _save_to_disk(table, root / "path" / "to" / "save_to_disk_dir")
     pq.write_table(table, root / "ds_dir_or.parquet", row_group_size=100)
     _jpegs(root / "jpegs", [(48 + 8 * i, 64 - 4 * i) for i in range(8)])
+    # docs/files.md "Labels": an ImageNet-style layout, a folder a class (val lacks one).
+    for split, per in (("train", {"n01": 4, "n02": 4, "n03": 4}), ("val", {"n01": 3, "n03": 3})):
+        for c, count in per.items():
+            _jpegs(root / "imagenet" / split / c, [(40 + 8 * i, 56 - 4 * i) for i in range(count)])
     # docs/rows.md "Lists of lists of one shape": Whisper's input features as ds.map
     # saves them (lists of 80 lists of 3,000 floats), and token labels.
     n, feats = 16, np.random.default_rng(12).random(16 * 80 * 3000, dtype=np.float32)
