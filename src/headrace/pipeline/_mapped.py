@@ -12,9 +12,7 @@ count and after a resume. Everything else a loader or mixture asks of a source
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,8 +20,6 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch, nbytes
 from headrace.pipeline._loader_types import Source
-from headrace.pipeline._locks import source_lock
-from headrace.pipeline._mixture import Mixture
 from headrace.pipeline._transform import (
     Samples,
     Transform,
@@ -31,16 +27,12 @@ from headrace.pipeline._transform import (
     checked_rows,
     transform_name,
 )
+from headrace.pipeline._wrapped import Wrapped
 
 __all__ = ["Mapped"]
 
-# Asked of the inner source as they are: none depends on what ``fn`` does to the arrays.
-_PASSED = frozenset({"cache_stats", "replaces", "samples_per_epoch", "starts", "stats"})
-# Passed on under the inner source's lock: they touch its windows and pending reads.
-_LOCKED = frozenset({"followed_by", "prefetch"})
 
-
-class Mapped:
+class Mapped(Wrapped):
     """``source`` with ``fn(arrays, samples)`` applied to every read: usable wherever
     a source is (a :class:`Loader`, a :class:`Mixture`, worker processes).
 
@@ -66,19 +58,11 @@ class Mapped:
         ragged_keys: Sequence[str] | None = None,
         ignore_index: int | None = None,
     ) -> None:
-        if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
-            raise ConfigError(
-                f"Mapped: source must have read(seed, samples) and fingerprint() (a "
-                f"TokenSource, PaddedRows, FileSource, TableSource, ...); got "
-                f"{type(source).__name__}."
-            )
-        if isinstance(source, Mixture):
-            # A mixture's fn would see its global samples and seed, as a loader's
-            # transform does; and a mixture of mixtures reads on the pool it waits on.
-            raise ConfigError(
-                "Mapped: the source is a Mixture; map each of its sources instead "
-                "(Mixture({name: Mapped(src, fn), ...})), or give the loader transform=fn."
-            )
+        super().__init__(
+            source,
+            mixture_fix="map each of its sources instead (Mixture({name: Mapped(src, fn), "
+            "...})), or give the loader transform=fn",
+        )
         check_transform("Mapped: fn", fn)
         if ragged_keys is not None and (
             isinstance(ragged_keys, str) or not all(isinstance(k, str) for k in ragged_keys)
@@ -94,43 +78,18 @@ class Mapped:
                 f"ignored targets with, e.g. -100 (got {ignore_index!r}); leave it out to "
                 "take the inner source's."
             )
-        self.source = source
         self.fn = fn
         self._ignore = None if ignore_index is None else int(ignore_index)
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
         # Stacked Mapped sources draw from streams of their own (1 the innermost).
         self._stream: int = source._stream + 1 if isinstance(source, Mapped) else 1
-        self.held_bytes = 0
 
     def __repr__(self) -> str:
         return f"Mapped({self.source!r}, {transform_name(self.fn)})"
 
-    def __getattr__(self, name: str) -> Any:
-        # From __dict__, not self.source: unpickling asks for attributes before it is set.
-        inner = self.__dict__.get("source")
-        if inner is not None and name in _PASSED:
-            return getattr(inner, name)
-        if inner is not None and name in _LOCKED and hasattr(inner, name):
-            # Only where the inner source has them: a loader or mixture asks whether a
-            # source reads ahead (and by share: the wrapper keeps the inner signature).
-            method = getattr(inner, name)
-
-            @functools.wraps(method)
-            def locked(*args: Any, **kwargs: Any) -> Any:
-                with source_lock(inner):
-                    return method(*args, **kwargs)
-
-            return locked
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __len__(self) -> int:
-        return len(self.source)  # type: ignore[arg-type]
-
     @property
     def ragged_keys(self) -> tuple[str, ...]:
-        if self._ragged is not None:
-            return self._ragged
-        return tuple(getattr(self.source, "ragged_keys", ()))
+        return self._ragged if self._ragged is not None else super().ragged_keys
 
     @property
     def ignore_index(self) -> int | None:
@@ -138,24 +97,12 @@ class Mapped:
         else the inner source's (``None``: it marks none). A Mixture compares these: not
         passed through, two mapped sources padding ``labels`` with -100 and -1 mixed
         into one batch, the loss taking -1 as a class."""
-        if self._ignore is not None:
-            return self._ignore
-        inner = getattr(self.source, "ignore_index", None)
-        if isinstance(inner, bool) or not isinstance(inner, int | np.integer):
-            return None
-        return int(inner)
-
-    def fingerprint(self) -> dict[str, Any]:
-        return self.source.fingerprint()
+        return self._ignore if self._ignore is not None else super().ignore_index
 
     def read(self, seed: int, samples: NDArray[np.int64]) -> Batch:
         samples = np.asarray(samples, dtype=np.int64)
         inner = self.source
-        # The inner source may also be read directly (an eval loader over it, or two
-        # Mapped views of it in one mixture, read side by side): its lock, too.
-        with source_lock(inner):
-            arrays = inner.read(seed, samples)
-        arrays = checked_rows(f"{type(inner).__name__}.read", arrays, samples.size)
+        arrays = self._read_inner(seed, samples)
         # A crop returns a fraction of what was decoded: chunks sized by fn's output
         # alone would decode that many times chunk_bytes.
         self.held_bytes = max(nbytes(arrays), getattr(inner, "held_bytes", 0))
@@ -175,9 +122,3 @@ class Mapped:
         return checked_rows(
             f"{self!r}: fn", out, samples.size, "(in order, as the inner source read them)"
         )
-
-    def close(self) -> None:
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            with source_lock(self.source):
-                close()
