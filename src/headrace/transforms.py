@@ -242,7 +242,7 @@ class CenterCrop:
         images = [np.asarray(img) for img in _images(self, arrays)]
         out: NDArray[Any] | None = None
         for i, img in enumerate(images):
-            _check_image(self, img, int(samples.numbers[i]), out)
+            _check_image(self, img, int(samples.numbers[i]), out, self.resize is not None)
             if out is None:
                 out = np.zeros((len(images), height, width, *img.shape[2:]), img.dtype)
         image_mod = _pillow(self) if self.resize is not None else None
@@ -279,11 +279,16 @@ def _pillow(t: RandomResizedCrop | CenterCrop) -> Any:
 
 
 def _check_image(
-    t: RandomResizedCrop | CenterCrop, img: NDArray[Any], number: int, out: NDArray[Any] | None
+    t: RandomResizedCrop | CenterCrop,
+    img: NDArray[Any],
+    number: int,
+    out: NDArray[Any] | None,
+    resizes: bool = True,
 ) -> None:
-    """Refuse an image Pillow cannot resize, or one unlike the batch's first (``out``)."""
+    """Refuse an image Pillow cannot resize (where ``resizes``: else any dtype), or one
+    unlike the batch's first (``out``)."""
     name = type(t).__name__
-    if img.dtype not in (np.uint8, np.uint16) or img.ndim not in (2, 3):
+    if img.ndim not in (2, 3) or (resizes and img.dtype not in (np.uint8, np.uint16)):
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it resizes "
             "uint8 or uint16 (H, W) or (H, W, C) images"

@@ -500,3 +500,11 @@ def test_center_crop_refuses_mixed_channels() -> None:
     imgs[0], imgs[1] = np.zeros((9, 9, 3), np.uint8), np.zeros((9, 9), np.uint8)
     with pytest.raises(DataError, match="CenterCrop: sample 1's 'image' is uint8 \\(9, 9\\)"):
         CenterCrop(4)({"image": imgs}, Samples(0, np.arange(2)))
+
+
+def test_center_crop_without_resize_takes_any_dtype() -> None:
+    imgs = np.arange(2 * 6 * 5, dtype=np.float32).reshape(2, 6, 5)
+    got = CenterCrop((2, 3))({"image": imgs}, Samples(0, np.arange(2)))["image"]
+    np.testing.assert_array_equal(got, imgs[:, 2:4, 1:4])
+    with pytest.raises(DataError, match="it resizes uint8 or uint16"):
+        CenterCrop((2, 3), resize=4)({"image": imgs}, Samples(0, np.arange(2)))

@@ -87,7 +87,7 @@ class Filtered(Wrapped):
     def read(self, seed: int, samples: NDArray[np.int64]) -> Batch:
         samples = np.asarray(samples, dtype=np.int64)
         arrays = self._read_inner(seed, samples)
-        held = nbytes(arrays)
+        held = self._held(arrays)
         if samples.size == 0:  # a mixture's layout check: no row to judge
             self.held_bytes = held
             return arrays
@@ -101,7 +101,7 @@ class Filtered(Wrapped):
             self.refused += bad.size
             stand = _stand_ins(seed, samples[bad], attempt, n)
             got = self._read_inner(seed, stand)
-            held += nbytes(got)
+            held += self._held(got)
             kept = self._kept(got, seed, stand)
             parts.append((bad[kept], _rows(got, kept)))
             self.replaced += int(kept.sum())
@@ -119,6 +119,11 @@ class Filtered(Wrapped):
             return arrays
         ragged = set(self.ragged_keys).union(*(ragged_keys(p) for _, p in parts))
         return merge_parts(samples.size, parts, ragged)
+
+    def _held(self, arrays: Batch) -> int:
+        """What a read of the inner source held: what it returned, or before its own
+        transform where that was more (a Mapped source's crop)."""
+        return max(nbytes(arrays), getattr(self.source, "held_bytes", 0))
 
     def _kept(self, arrays: Batch, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
         """``keep``'s answer for ``arrays``' rows, checked: one bool a row."""
