@@ -101,6 +101,21 @@ def test_format_aliases_are_taken_as_filesource_takes_them(
     assert "2 samples read" in capsys.readouterr().out
 
 
+def test_labels_from_folders_count_each_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "train"
+    for c, n in (("zebra", 3), ("ant", 1), ("cat", 2)):
+        (root / c).mkdir(parents=True)
+        for i in range(n):
+            write_sample_file("npy", root / c / f"{i}.npy", {"data": np.zeros((2, 3), np.uint8)})
+    out = tmp_path / "r.json"
+    args = ["check", str(root), "--format", "npy", "--samples-per-file", "2", "--labels", "folders"]
+    assert main([*args, "--json", str(out)]) == 0
+    assert "3 classes, samples of each: ant 2, cat 4, zebra 6" in capsys.readouterr().out
+    assert json.loads(out.read_text())["classes"] == {"ant": 2, "cat": 4, "zebra": 6}
+
+
 def test_a_raw_token_file_without_a_dtype_is_told_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -161,6 +176,9 @@ def test_headers_that_fail_are_all_named_with_exit_2(
         (["--format", "tokens", "--context", "0"], "--context 0: expected a whole number"),
         (["--format", "tokens", "--vocab-size", "0"], "--vocab-size 0: expected a whole"),
         (["--format", "hdf5"], "on the command line: name them with --datasets, e.g."),
+        (["--format", "tokens", "--labels", "folders"], "--labels is for file formats"),
+        # npz_files writes its files straight into the folder: no class folder
+        (["--format", "npz", "--labels", "folders"], "files are directly in"),
     ],
 )
 def test_argument_errors_are_one_line_with_exit_2(

@@ -108,6 +108,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="an object-store option (endpoint, region, ...); repeat for more",
     )
+    p.add_argument(
+        "--labels",
+        choices=["folders"],
+        help="a sample's class is its file's folder, as torchvision's ImageFolder has it: "
+        "files in no class folder are refused, and the samples of each class are counted "
+        "(file formats)",
+    )
     p.add_argument("--batch-size", type=int, default=64, help="samples a read (default 64)")
     p.add_argument("--most", type=int, default=100, help="stop after this many problems")
     p.add_argument(
@@ -138,6 +145,8 @@ def _source(args: argparse.Namespace) -> Any:
         )
         if value is not None
     ]
+    if args.labels and args.format in ("table", "tokens"):
+        raise ConfigError("--labels is for file formats (a class folder a file)")
     if args.format == "table":
         return _table(args, options)
     if table_flags:
@@ -181,6 +190,7 @@ def _source(args: argparse.Namespace) -> Any:
         format=args.format,
         samples_per_file=spf,
         datasets=datasets,
+        labels=args.labels,
     )
 
 
@@ -329,6 +339,11 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
     skipped = source.files.skipped() if files else ""
     if skipped:
         print(f"{label}: {skipped}")
+    classes = _class_samples(source) if files else None
+    if classes is not None:
+        shown = ", ".join(f"{c} {n:,}" for c, n in list(classes.items())[:20])
+        more = f", ... ({len(classes) - 20:,} more)" if len(classes) > 20 else ""
+        print(f"{label}: {len(classes):,} classes, samples of each: {shown}{more}")
     if args.json:
         data = {
             "data": args.data[0] if len(args.data) == 1 else args.data,
@@ -340,12 +355,24 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
             "hidden_skipped": source.files.hidden if files else 0,
             "special_skipped": source.files.special if files else 0,
             "shapes": report.shapes,
+            **({"classes": classes} if classes is not None else {}),
             "problems": [
                 {"source": p.source, "sample": p.sample, "error": p.error, "message": p.message}
                 for p in report.problems
             ],
         }
         write_json(args.json, data)
+
+
+def _class_samples(source: Any) -> dict[str, int] | None:
+    """Samples of each class of a source with ``labels=`` (None without), by the files'
+    counts: the whole dataset's, whatever ``--shard`` checked."""
+    import numpy as np
+
+    if source.classes is None:
+        return None
+    per = np.bincount(source.file_labels, weights=source.counts, minlength=len(source.classes))
+    return {c: int(n) for c, n in zip(source.classes, per.tolist(), strict=True)}
 
 
 def _progress() -> Any:

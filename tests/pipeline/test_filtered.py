@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError, DataError
 from headrace.formats import FileSource, TokenSource, synthetic_arrays
 from headrace.formats import write_sample_file as write
-from headrace.pipeline import Filtered, Loader, Mixture, Samples
+from headrace.pipeline import Filtered, Loader, Mixture, Samples, check
 from headrace.pipeline._filtered import _stand_ins
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -198,3 +198,5 @@ def test_an_exact_pass_refuses_a_filtered_source(tokens: Path) -> None:
     src = Filtered(TokenSource(str(tokens), context=32, shuffle=False), even_start)
     with pytest.raises(ConfigError, match=r"epochs=1: Filtered.*an exact pass would count twice"):
         Loader(src, batch_size=8, epochs=1)
+    with pytest.raises(ConfigError, match=r"check: Filtered"):  # it would not see what went
+        check(src)
