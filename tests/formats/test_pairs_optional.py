@@ -16,8 +16,9 @@ import pytest
 from _row_files import odirect_works, stored_groups
 from headrace.errors import ConfigError, EmptyRowsError, StateError
 from headrace.formats import PairRows, write_row_file
-from headrace.formats._row_plan import retry_rows, sample_rows
+from headrace.formats._row_plan import sample_rows
 from headrace.pipeline import Loader, Mixture
+from headrace.plan import retry_rows
 from headrace.testing import assert_resume_exact, batch_digest
 
 N = 240

@@ -19,10 +19,11 @@ from headrace.errors import (
     StorageError,
 )
 from headrace.formats import PaddedRows, PairRows, write_row_file
-from headrace.formats._row_plan import RowWindows, retry_rows
+from headrace.formats._row_plan import RowWindows
 from headrace.formats._row_window import MAX_WINDOWS, WINDOW_BYTES, default_window_rows
 from headrace.io import LocalFile, RangeReader, ReaderConfig
 from headrace.pipeline import Loader
+from headrace.plan import retry_rows
 from headrace.testing import assert_resume_exact, batch_digest
 
 # 300 rows of 1025 uint16 tokens (2050 bytes: rows straddle 4 KiB pages); windows of

@@ -12,9 +12,10 @@ import pytest
 from _row_files import odirect_works, padded_rows
 from headrace.errors import ConfigError, DataError, EmptyRowsError, FormatError
 from headrace.formats import PaddedRows, _row_file, open_row_file, write_row_file
-from headrace.formats._row_plan import retry_rows, sample_rows
+from headrace.formats._row_plan import sample_rows
 from headrace.io import RangeReader, ReaderConfig
 from headrace.pipeline import Loader
+from headrace.plan import retry_rows
 from headrace.testing import assert_resume_exact, batch_digest
 
 # -- hand-computed padding --------------------------------------------------------

@@ -160,6 +160,16 @@ def test_bad_keeps_and_sources_are_refused(tokens: Path) -> None:
         Filtered(mix, even_start)
     with pytest.raises(ConfigError, match="must have read"):
         Filtered(object(), even_start)  # type: ignore[arg-type]
+
+    class Unsized:  # a source of its own, with no epoch to draw stand-ins from
+        def read(self, seed: int, samples: NDArray[np.int64]) -> Arrays:
+            return {"x": samples[:, None]}
+
+        def fingerprint(self) -> dict[str, Any]:
+            return {}
+
+    with pytest.raises(ConfigError, match="Unsized says no samples_per_epoch"):
+        Filtered(Unsized(), even_start)
     one_row = Filtered(src, lambda arrays, samples: np.array([True]))
     with (
         Loader(one_row, batch_size=8, seed=0, steps=1) as ld,

@@ -10,6 +10,7 @@ a class numbers the others as its training split does.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,8 +43,7 @@ def check_labels(labels: object) -> Labels | None:
     names = tuple(labels)
     if not names:
         raise ConfigError("labels is an empty list of classes: give their names, or 'folders'.")
-    seen: set[str] = set()
-    twice = [c for c in names if c in seen or seen.add(c)]  # type: ignore[func-returns-value]
+    twice = [c for c, k in Counter(names).items() if k > 1]
     if twice:
         raise ConfigError(f"labels names the class {twice[0]!r} twice: each class once.")
     return names

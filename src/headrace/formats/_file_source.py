@@ -43,13 +43,13 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import IMAGE_FORMATS, PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._object_files import named_url, opened_at
-from headrace.formats._row_plan import retry_rows
 from headrace.formats._tar import TarIndex
 from headrace.formats._tar_ranges import RangedTar, TarIndexes
 from headrace.formats._tfrecord_ranges import RangedTfrecord
 from headrace.io import CacheStats, ObjectCache, open_cache
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
+from headrace.plan import retry_rows
 
 __all__ = ["FileSource"]
 

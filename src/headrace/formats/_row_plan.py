@@ -12,14 +12,13 @@ I/O strategy or the host count, so every run replaces the same rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, EmptyRowsError
-from headrace.plan import VisitOrders, WindowLayout, cached_permutation, derive_keys
+from headrace.plan import VisitOrders, WindowLayout, cached_permutation, retry_rows
 
 __all__ = [
     "EmptyRows",
@@ -30,7 +29,6 @@ __all__ = [
     "parse_shuffle",
     "replace_empty",
     "replaced_rows",
-    "retry_rows",
     "sample_rows",
     "shuffle_fingerprint",
     "split_rows",
@@ -63,9 +61,7 @@ def replaced_rows(empty_rows: EmptyRows, who: str) -> str | None:
 
 # Domain tags keep the row order and the retry stream apart from other key uses.
 _TAG_ROWS = 0x524F5753
-_TAG_RETRY = 0x52545259
 _TAG_PIECES = 0x50434553
-_U = np.uint64
 
 
 def sample_rows(seed: int, samples: NDArray[np.int64], n: int, shuffle: bool) -> NDArray[np.int64]:
@@ -258,28 +254,6 @@ class RowWindows:
             key = (seed, _TAG_PIECES, e, w, k)
             out[sel] = k * wr + self._pieces.places(n, key, off[sel])
         return out
-
-
-@lru_cache(maxsize=64)
-def _retry_key(seed: int, attempt: int) -> int:
-    return int(derive_keys(_TAG_RETRY, seed, attempt, n=1)[0])
-
-
-def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    # splitmix64's finaliser (wrapping uint64 arithmetic is intended).
-    x ^= x >> _U(30)
-    x *= _U(0xBF58476D1CE4E5B9)
-    x ^= x >> _U(27)
-    x *= _U(0x94D049BB133111EB)
-    x ^= x >> _U(31)
-    return x
-
-
-def retry_rows(seed: int, samples: NDArray[np.int64], attempt: int, n: int) -> NDArray[np.int64]:
-    """The row that replaces each sample's row on retry ``attempt`` (1, 2, ...)."""
-    x = np.asarray(samples, dtype=np.int64).astype(np.uint64) ^ _U(_retry_key(seed, attempt))
-    # The modulo bias is below n / 2**64: negligible for any real dataset.
-    return (_mix(_mix(x)) % _U(n)).astype(np.int64)
 
 
 def replace_empty(

@@ -25,15 +25,12 @@ from headrace.pipeline._loader_types import Source
 from headrace.pipeline._mixture_ragged import merge_parts
 from headrace.pipeline._transform import Samples, transform_name
 from headrace.pipeline._wrapped import Wrapped
-from headrace.plan import derive_keys
-from headrace.plan._permute import _mix
+from headrace.plan import retry_rows
 
 __all__ = ["Filtered", "Keep"]
 
 #: ``keep(arrays, samples)``: one bool a row, True for the rows to keep.
 Keep = Callable[[dict[str, NDArray[Any]], Samples], Any]
-
-_TAG = 0x46494C54  # "FILT": stand-ins drawn from keys of their own
 
 
 class Filtered(Wrapped):
@@ -93,6 +90,9 @@ class Filtered(Wrapped):
             return arrays
         ok = self._kept(arrays, seed, samples)
         bad = np.flatnonzero(~ok)
+        if bad.size == 0:  # nothing refused: the read as it is, no copy
+            self.held_bytes = held
+            return arrays
         parts = [(np.flatnonzero(ok), _rows(arrays, ok))]
         n = int(getattr(self.source, "samples_per_epoch"))  # noqa: B009 (passed through)
         for attempt in range(1, self.max_tries + 1):
@@ -115,8 +115,6 @@ class Filtered(Wrapped):
                 "most of the data is refused? Check keep, or raise max_tries"
             )
         self.held_bytes = held
-        if len(parts) == 1:  # nothing refused
-            return arrays
         ragged = set(self.ragged_keys).union(*(ragged_keys(p) for _, p in parts))
         return merge_parts(samples.size, parts, ragged)
 
@@ -145,8 +143,4 @@ def _rows(arrays: Batch, which: NDArray[np.bool_]) -> Batch:
 def _stand_ins(seed: int, samples: NDArray[np.int64], attempt: int, n: int) -> NDArray[np.int64]:
     """Each sample's stand-in on try ``attempt``: a sample of its own epoch (``n`` samples
     an epoch), from ``(seed, sample, attempt)`` alone."""
-    key = derive_keys(seed, _TAG, attempt, n=1)[0]
-    mixed = _mix(_mix(samples.astype(np.uint64) ^ key))
-    # The modulo bias is below n / 2**64: negligible for any real dataset.
-    within = (mixed % np.uint64(n)).astype(np.int64)
-    return samples - samples % n + within
+    return samples - samples % n + retry_rows(seed, samples, attempt, n)

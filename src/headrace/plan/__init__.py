@@ -1,7 +1,13 @@
 """What to read: pure, counter-based plans. No I/O, no threads, no clocks."""
 
 from headrace.plan._mixture import MixturePlan, quantize_weights
-from headrace.plan._permute import Permutation, VisitOrders, cached_permutation, derive_keys
+from headrace.plan._permute import (
+    Permutation,
+    VisitOrders,
+    cached_permutation,
+    derive_keys,
+    retry_rows,
+)
 from headrace.plan._slicing import host_slice, step_samples
 from headrace.plan._state import (
     PLAN_VERSION,
@@ -34,5 +40,6 @@ __all__ = [
     "legacy_digest",
     "legacy_digests",
     "quantize_weights",
+    "retry_rows",
     "step_samples",
 ]

@@ -20,6 +20,7 @@ __all__ = [
     "cached_permutation",
     "derive_keys",
     "permute_each",
+    "retry_rows",
 ]
 
 _ROUNDS = 6
@@ -275,3 +276,21 @@ def permute_each(n: int, keys: NDArray[np.uint64], idx: ArrayLike) -> NDArray[np
         y[out] = rounds(y[out], out)
         out = out[y[out] >= limit]
     return y.astype(np.int64)
+
+
+_TAG_RETRY = 0x52545259
+
+
+@lru_cache(maxsize=64)
+def _retry_key(seed: int, attempt: int) -> int:
+    return int(derive_keys(_TAG_RETRY, seed, attempt, n=1)[0])
+
+
+def retry_rows(seed: int, samples: NDArray[np.int64], attempt: int, n: int) -> NDArray[np.int64]:
+    """The row in ``[0, n)`` that stands in for each of ``samples`` on retry ``attempt``
+    (1, 2, ...), from ``(seed, sample, attempt)`` alone: what replaces an empty padded row,
+    a file that does not decode, or a sample a filter refuses, the same on every host,
+    worker and resume."""
+    x = np.asarray(samples, dtype=np.int64).astype(np.uint64) ^ np.uint64(_retry_key(seed, attempt))
+    # The modulo bias is below n / 2**64: negligible for any real dataset.
+    return (_mix(_mix(x)) % np.uint64(n)).astype(np.int64)
