@@ -86,7 +86,6 @@ def tables(source: Any = None) -> dict[str, int]:
     """The lengths of headrace's process-wide tables (and ``source``'s latencies)."""
     import headrace.formats._file_plan as file_plan
     import headrace.formats._npy as npy
-    import headrace.formats._row_plan as row_plan
     import headrace.formats._table_part as table_part
     import headrace.formats._token_budget as token_budget
     import headrace.io._in_flight as in_flight
@@ -105,7 +104,7 @@ def tables(source: Any = None) -> dict[str, int]:
         "permutations": permute.cached_permutation.cache_info().currsize,
         "keys": permute.cached_keys.cache_info().currsize,
         "source_seeds": mixture.source_seed.cache_info().currsize,
-        "retry_keys": row_plan._retry_key.cache_info().currsize,
+        "retry_keys": permute._retry_key.cache_info().currsize,
         "npy_headers": npy._literal.cache_info().currsize,
         "mount_folders": mounts._network_folder.cache_info().currsize,
         "reads_in_flight": len(in_flight._READS),

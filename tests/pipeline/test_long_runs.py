@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 
 import headrace.formats._npy as npy
-import headrace.formats._row_plan as row_plan
 import headrace.io._in_flight as in_flight
 import headrace.io._open_files as open_files
 import headrace.pipeline._locks as locks
@@ -109,7 +108,7 @@ CACHES = [
     permute.cached_permutation,
     permute.cached_keys,
     mixture.source_seed,
-    row_plan._retry_key,
+    permute._retry_key,
     npy._literal,
 ]
 RING = "anon_inode:[io_uring]"  # rings in use and idle ones: 8 kept idle (io/_uring.py)
