@@ -116,6 +116,29 @@ def test_labels_from_folders_count_each_class(
     assert json.loads(out.read_text())["classes"] == {"ant": 2, "cat": 4, "zebra": 6}
 
 
+def test_labels_from_a_csv_count_each_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = npz_files(tmp_path / "val", 3)  # flat: s00.npz, s01.npz, s02.npz
+    table = tmp_path / "val.csv"
+    # A header row (a file no source lists), a file not here, extra columns.
+    table.write_text("file,class\ns00.npz,eel\ns01.npz,ant,x\ns02.npz,eel\ns99.npz,cod\n")
+    args = ["check", str(root), "--format", "npz", "--labels", str(table)]
+    assert main(args) == 0
+    assert "2 classes, samples of each: ant 1, eel 2" in capsys.readouterr().out
+    for text, says in (
+        ("s00.npz,eel\ns01.npz\n", "line 2 has no class (['s01.npz'])"),
+        ("s00.npz,eel\ns00.npz,ant\n", "line 2 gives 's00.npz' the class 'ant', an earlier"),
+        ("s00.npz,eel\n", "classes of 1 of its 3 files, not 's01.npz' (2 in all)"),
+    ):
+        table.write_text(text)
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err, err
+    assert main([*args[:-1], str(tmp_path / "none.csv")]) == 2
+    assert "none.csv: No such file or directory (give 'folders' or a CSV" in capsys.readouterr().err
+
+
 def test_a_raw_token_file_without_a_dtype_is_told_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

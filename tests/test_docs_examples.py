@@ -261,6 +261,16 @@ def _write_datasets(root: Path) -> None:
     for split, per in (("train", {"n01": 4, "n02": 4, "n03": 4}), ("val", {"n01": 3, "n03": 3})):
         for c, count in per.items():
             _jpegs(root / "imagenet" / split / c, [(40 + 8 * i, 56 - 4 * i) for i in range(count)])
+    # ... and a flat validation folder with Kaggle's LOC_val_solution.csv (a class and
+    # its boxes a row; one image more than the folder holds).
+    flat = root / "imagenet" / "val_flat"
+    _jpegs(flat, [(40, 48)] * 4)
+    rows = ["ImageId,PredictionString"]
+    for i, wnid in enumerate(("n03", "n01", "n03", "n02", "n01")):
+        if i < 4:
+            (flat / f"{i:03d}.jpg").rename(flat / f"ILSVRC2012_val_{i + 1:08d}.JPEG")
+        rows.append(f"ILSVRC2012_val_{i + 1:08d},{wnid} 1 2 30 40 {wnid} 5 6 20 30")
+    (root / "imagenet" / "LOC_val_solution.csv").write_text("\n".join(rows) + "\n")
     # docs/rows.md "Lists of lists of one shape": Whisper's input features as ds.map
     # saves them (lists of 80 lists of 3,000 floats), and token labels.
     n, feats = 16, np.random.default_rng(12).random(16 * 80 * 3000, dtype=np.float32)

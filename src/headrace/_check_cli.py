@@ -19,6 +19,7 @@ bad argument, a listing that failed).
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 from typing import Any
@@ -110,10 +111,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--labels",
-        choices=["folders"],
-        help="a sample's class is its file's folder, as torchvision's ImageFolder has it: "
-        "files in no class folder are refused, and the samples of each class are counted "
-        "(file formats)",
+        metavar="folders|CSV",
+        help="count the samples of each class (file formats): 'folders', a file's class is "
+        "its folder, as torchvision's ImageFolder has it; or a CSV file of 'file,class' "
+        "rows (the files' names under the folder given, or as listed): files without a "
+        "class are refused",
     )
     p.add_argument("--batch-size", type=int, default=64, help="samples a read (default 64)")
     p.add_argument("--most", type=int, default=100, help="stop after this many problems")
@@ -190,8 +192,37 @@ def _source(args: argparse.Namespace) -> Any:
         format=args.format,
         samples_per_file=spf,
         datasets=datasets,
-        labels=args.labels,
+        labels=_labels(args.labels),
     )
+
+
+def _labels(given: str | None) -> str | dict[str, str] | None:
+    """``--labels``: ``"folders"``, or the mapping a CSV file's ``file,class`` rows give
+    (further columns ignored; a header row is a file no source lists, never looked up)."""
+    if given is None or given == "folders":
+        return given
+    try:
+        with open(given, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        raise ConfigError(
+            f"--labels {given}: {e.strerror or e} (give 'folders' or a CSV file of "
+            "'file,class' rows)"
+        ) from None
+    short = next((n for n, row in enumerate(rows, 1) if 0 < len(row) < 2), None)
+    if short is not None:
+        raise ConfigError(
+            f"--labels {given}: line {short} has no class ({rows[short - 1]!r}): each row is "
+            "'file,class'"
+        )
+    out: dict[str, str] = {}
+    for n, row in enumerate(rows, 1):
+        if row and out.setdefault(row[0], row[1]) != row[1]:
+            raise ConfigError(
+                f"--labels {given}: line {n} gives {row[0]!r} the class {row[1]!r}, an "
+                f"earlier line {out[row[0]]!r}: one class a file"
+            )
+    return out
 
 
 def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:

@@ -107,7 +107,7 @@ def test_a_split_numbered_as_training_was(tmp_path: Path) -> None:
     assert classes is not None
     with FileSource(val, format="jpeg", labels="folders") as alone:
         assert alone.classes == ("cat", "dog")  # cat would be 0: not training's number
-    with FileSource(val, format="jpeg", labels=classes) as v:
+    with FileSource(val, format="jpeg", labels="folders", classes=classes) as v:
         assert v.classes == ("ant", "cat", "dog")
         with Loader(v, batch_size=4, seed=0, steps=1) as loader:
             batch = next(iter(loader))
@@ -117,25 +117,30 @@ def test_a_split_numbered_as_training_was(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("labels", "says"),
+    ("options", "says"),
     [
-        ("folder", "must be 'folders'"),
-        ({"cat", "dog"}, "not a set"),
-        ([], "empty list"),
-        (["cat", "dog", "cat"], "class 'cat' twice"),
-        ([1, 2], "list of class names"),
+        ({"labels": "folder"}, "must be 'folders'"),
+        ({"labels": ["cat", "dog"]}, r"a list numbers the classes: labels='folders', classes="),
+        ({"labels": {"000.jpg": 1}}, "maps each file's name to its class's name"),
+        ({"labels": {}}, "empty mapping"),
+        ({"labels": "folders", "classes": {"cat", "dog"}}, "not a set"),
+        ({"labels": "folders", "classes": []}, "empty list"),
+        ({"labels": "folders", "classes": ["cat", "dog", "cat"]}, "names 'cat' twice"),
+        ({"labels": "folders", "classes": [1, 2]}, "list of class names"),
+        ({"labels": "folders", "classes": "cat"}, "list of class names"),
+        ({"classes": ["cat"]}, "give labels='folders'"),
     ],
 )
-def test_bad_labels_are_refused(tmp_path: Path, labels: Any, says: str) -> None:
+def test_bad_labels_are_refused(tmp_path: Path, options: dict[str, Any], says: str) -> None:
     root = image_folder(tmp_path / "train", {"cat": 1})
     with pytest.raises(ConfigError, match=says):
-        FileSource(root, format="jpeg", labels=labels)
+        FileSource(root, format="jpeg", **options)
 
 
 def test_folders_not_among_the_classes_are_named(tmp_path: Path) -> None:
     root = image_folder(tmp_path / "train")
     with pytest.raises(DataError) as err:
-        FileSource(root, format="jpeg", labels=["cat", "dog"])
+        FileSource(root, format="jpeg", labels="folders", classes=["cat", "dog"])
     said = str(err.value)
     assert "1 of its 3 class folders" in said and "['ant']" in said
     assert "ant/000.jpg" in said and str(root) in said
@@ -159,9 +164,12 @@ def test_labels_are_part_of_the_state(tmp_path: Path) -> None:
         state = a.state_dict()
     with loader() as plain, pytest.raises(StateError, match="classes"):
         plain.load_state_dict(state)
-    with loader(labels=["ant", "dog", "cat"]) as other, pytest.raises(StateError):
+    with (
+        loader(labels="folders", classes=["ant", "dog", "cat"]) as other,
+        pytest.raises(StateError),
+    ):
         other.load_state_dict(state)  # other numbers: other batches
-    with loader(labels=["ant", "cat", "dog"]) as same:  # the sorted names, given
+    with loader(labels="folders", classes=["ant", "cat", "dog"]) as same:  # sorted, given
         same.load_state_dict(state)
     assert_resume_exact(lambda: loader(labels="folders"), steps=9, resume_at=[1, 3, 4])
 
@@ -229,3 +237,86 @@ def test_torch_workers_give_the_same_labels(tmp_path: Path) -> None:
     d0, labels = digest(0)
     assert digest(2) == (d0, labels)
     assert sorted(set(labels)) == [0, 1, 2]
+
+
+def flat_split(root: Path, n: int = 6) -> dict[str, str]:
+    """A flat validation folder (ImageNet's as unpacked) and its classes by file name."""
+    root.mkdir(parents=True)
+    for i in range(n):
+        write("jpeg", root / f"val_{i:02d}.jpg", synthetic_arrays("jpeg", seed=i, shape=(8, 8, 3)))
+    return {f"val_{i:02d}.jpg": ("dog", "ant", "cat")[i % 3] for i in range(n)}
+
+
+def test_a_mapping_names_each_files_class(tmp_path: Path) -> None:
+    wnid = flat_split(tmp_path / "val")
+    extra = {**wnid, "val_99.jpg": "eel"}  # a file not here (a CSV for the whole split)
+    src = FileSource(tmp_path / "val", format="jpeg", labels=extra, shuffle="none")
+    assert src.classes == ("ant", "cat", "dog")  # the files' classes
+    seen: dict[str, int] = {}
+    with Loader(src, batch_size=4, seed=0, steps=3) as loader:  # two epochs
+        for batch in loader:
+            seen.update(labels_of(src, batch))
+    assert seen == {k: src.classes.index(c) for k, c in wnid.items()}
+    src.close()
+    # Numbered as training was: classes= orders them.
+    order = ["cat", "dog", "ant"]
+    with FileSource(tmp_path / "val", format="jpeg", labels=wnid, classes=order) as v:
+        assert v.classes == tuple(order)
+        assert [order[i] for i in v.file_labels] == [wnid[k] for k in v.files.keys]
+    # A list of files: its names as listed.
+    listed = sorted(str(p) for p in (tmp_path / "val").glob("*.jpg"))
+    by_path = {p: wnid[os.path.basename(p)] for p in listed}
+    with FileSource(listed, format="jpeg", labels=by_path) as src:
+        np.testing.assert_array_equal(src.file_labels, [2, 0, 1, 2, 0, 1])
+
+
+def test_a_mapping_missing_a_file_or_a_class_is_refused(tmp_path: Path) -> None:
+    wnid = flat_split(tmp_path / "val")
+    short = {k: c for k, c in wnid.items() if k != "val_04.jpg"}
+    with pytest.raises(DataError) as err:
+        FileSource(tmp_path / "val", format="jpeg", labels=short)
+    said = str(err.value)
+    assert "classes of 5 of its 6 files, not 'val_04.jpg' (1 in all)" in said
+    assert "names under the folder given (e.g. 'val_00.jpg'" in said and str(tmp_path) in said
+    # Keyed by full paths where the keys are names under the folder: told what keys are.
+    full = {str(tmp_path / "val" / k): c for k, c in wnid.items()}
+    with pytest.raises(DataError, match=f"one of labels' keys is '{tmp_path}/val/val_00.jpg'"):
+        FileSource(tmp_path / "val", format="jpeg", labels=full)
+    with pytest.raises(DataError, match=r"1 of its 3 classes labels= names .*\['ant'\]"):
+        FileSource(tmp_path / "val", format="jpeg", labels=wnid, classes=["cat", "dog"])
+
+
+def test_a_copy_takes_the_mappings_labels_without_it(tmp_path: Path) -> None:
+    wnid = flat_split(tmp_path / "val")
+    whole = {**wnid, **{f"other_{i:05d}.jpg": "eel" for i in range(20_000)}}
+    src = FileSource(tmp_path / "val", format="jpeg", labels=whole)
+    sent = pickle.dumps(src)
+    assert len(sent) < len(pickle.dumps(whole)) / 10  # the labels, not the mapping
+    copy = pickle.loads(sent)
+    assert copy.classes == src.classes == ("ant", "cat", "dog")
+    np.testing.assert_array_equal(copy.file_labels, src.file_labels)
+    assert copy.fingerprint() == src.fingerprint()
+    with (
+        Loader(src, batch_size=4, seed=2, steps=5) as a,
+        Loader(copy, batch_size=4, seed=2, steps=5) as b,
+    ):
+        assert batch_digest(a) == batch_digest(b)
+    src.close()
+    copy.close()
+
+
+def test_a_mapping_with_other_classes_is_another_state(tmp_path: Path) -> None:
+    wnid = flat_split(tmp_path / "val")
+    swapped = {**wnid, "val_00.jpg": "ant", "val_01.jpg": "dog"}  # same classes, others' files
+
+    def loader(labels: dict[str, str]) -> Loader:
+        return Loader(FileSource(tmp_path / "val", format="jpeg", labels=labels), batch_size=4)
+
+    with loader(wnid) as a:
+        next(iter(a))
+        state = a.state_dict()
+    with loader(swapped) as b, pytest.raises(StateError, match="file_labels"):
+        b.load_state_dict(state)
+    with loader(dict(reversed(wnid.items()))) as c:  # the same mapping, in another order
+        c.load_state_dict(state)
+    assert_resume_exact(lambda: loader(wnid), steps=6, resume_at=[1, 4])

@@ -1,5 +1,5 @@
-"""``labels="folders"`` on object storage (moto on 127.0.0.1): a prefix, a glob and a
-list of object URLs give their files the classes a local copy's folders give."""
+"""``labels=`` on object storage (moto on 127.0.0.1): a prefix, a glob and a list of
+object URLs give their files the classes a local copy's folders (or a mapping) give."""
 
 from __future__ import annotations
 
@@ -65,8 +65,29 @@ def test_a_glob_and_a_list_of_urls_take_each_files_folder(s3: S3Fixture, folders
     globbed.close()
     # One class's objects: their folder, though it is the root the keys are under.
     urls = [f"s3://{BUCKET}/labels/train/cat/kitten/{i}.jpg" for i in range(2)]
-    kittens = FileSource(urls, format="jpeg", labels=["cat", "kitten"], store_options=opts)
+    kittens = FileSource(
+        urls, format="jpeg", labels="folders", classes=["cat", "kitten"], store_options=opts
+    )
     np.testing.assert_array_equal(kittens.file_labels, [1, 1])
     with Loader(kittens, batch_size=2, seed=0, steps=1) as loader:
         np.testing.assert_array_equal(next(iter(loader))["label"], [1, 1])
     kittens.close()
+
+
+def test_a_mapping_names_objects_by_their_keys_or_urls(s3: S3Fixture, folders: Path) -> None:
+    # Under a prefix, the keys below it (as a local folder's names); a list of URLs, the
+    # URLs as listed.
+    opts = store_options(s3)
+    prefix = f"s3://{BUCKET}/labels/train/"
+    local = FileSource(folders, format="jpeg", labels="folders")
+    assert local.classes is not None and local.file_labels is not None
+    named = {k: local.classes[c] for k, c in zip(local.files.keys, local.file_labels, strict=True)}
+    remote = FileSource(prefix, format="jpeg", labels=named, store_options=opts)
+    assert remote.classes == local.classes
+    np.testing.assert_array_equal(remote.file_labels, local.file_labels)
+    assert digest(remote) == digest(local)
+    urls = {prefix + k: c for k, c in named.items()}
+    listed = FileSource(sorted(urls), format="jpeg", labels=urls, store_options=opts)
+    np.testing.assert_array_equal(listed.file_labels, local.file_labels)
+    for s in (local, remote, listed):
+        s.close()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError
 from headrace.formats._file_counts import check_samples_per_file, short_counts
-from headrace.formats._file_labels import check_labels
+from headrace.formats._file_labels import check_classes, check_labels
 from headrace.formats._file_list import LocalRead
 from headrace.formats._file_plan import Shuffle, file_shuffle
 from headrace.formats._files import file_format
@@ -111,13 +111,14 @@ class FileSourceConfig:
     once, then the records a read asks, each with its CRCs), default ``"auto"``.
     ``verify``: TFRecord only; ``False`` skips each record's data CRC-32C (its length's
     is always checked): without ``google_crc32c`` the check runs at 30-70 MB/s.
-    ``labels``: ``"folders"`` adds ``label`` (int64) to every batch, the class of each
-    sample's file taken from its folder (:mod:`~headrace.formats._file_labels`: under
+    ``labels``: adds ``label`` (int64) to every batch, each sample's file's class
+    (:mod:`~headrace.formats._file_labels`): ``"folders"``, the folder it is in (under
     the folder or prefix given, the first folder below it, as torchvision's
-    ``ImageFolder``; in a list or glob, the folder the file is in), classes numbered
-    in sorted order of their names (``source.classes``); or a list of class names in
-    label order (``labels=train.classes``: a split missing a class numbers the rest
-    as training did).
+    ``ImageFolder``; in a list or glob, the folder holding the file); or a mapping of
+    the files' names (under the folder or prefix given, else as listed) to class names.
+    ``classes``: the class names in label order (``classes=train.classes``: a split
+    missing a class numbers the rest as training did); default the sorted names found
+    (``source.classes``).
 
     TFRecord files (``format="tfrecord"``, ``.tfrecord``, ``.tfrecords``): a sample is
     a record; ``samples_per_file`` is ``"header"`` (1, the default, is taken as it:
@@ -152,7 +153,8 @@ class FileSourceConfig:
     npz_ranges_above: int | Literal["auto"] | None = None
     tfrecord_ranges_above: int | Literal["auto"] | None = "auto"
     verify: bool = True
-    labels: str | Sequence[str] | None = None
+    labels: str | Mapping[str, str] | None = None
+    classes: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shuffle", file_shuffle(self.shuffle))  # one fingerprint
@@ -168,7 +170,9 @@ class FileSourceConfig:
             # A shard holds many records, and how many only its record headers say.
             object.__setattr__(self, "samples_per_file", "header")
         check_image_mode(self.image_mode, "image_mode")
-        object.__setattr__(self, "labels", check_labels(self.labels))  # a list as a tuple
+        labels = check_labels(self.labels)  # a mapping copied
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "classes", check_classes(self.classes, labels))
         if not isinstance(self.exif_transpose, bool):
             raise ConfigError(
                 f"exif_transpose must be True or False (got {self.exif_transpose!r})."

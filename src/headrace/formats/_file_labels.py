@@ -1,17 +1,20 @@
-"""Class labels from folder names: ``FileSource(..., labels="folders")``.
+"""Class labels: ``FileSource(..., labels="folders" | {file: class}, classes=...)``.
 
-A file's class is the folder it is in: under a folder or prefix the source was
-given, the first folder below it (torchvision's ``ImageFolder``: ``root/cat/a/1.jpg``
-is ``cat``); in a list of files or a glob's matches, the folder holding the file.
-Classes are numbered in sorted order of their names (``ImageFolder``'s ``classes``),
-or in the order of a list given (``labels=train.classes``), so that a split missing
-a class numbers the others as its training split does.
+A file's class is the folder it is in (``labels="folders"``): under a folder or prefix
+the source was given, the first folder below it (torchvision's ``ImageFolder``:
+``root/cat/a/1.jpg`` is ``cat``); in a list of files or a glob's matches, the folder
+holding the file. Or a mapping names each file's class (``labels={"x.jpg": "cat"}``,
+from a CSV beside a flat validation folder): its keys are the files' names under the
+folder or prefix given, or for a list or glob the names as listed. Classes are numbered
+in sorted order of the names the files have (``ImageFolder``'s ``classes``), or in the
+order of a list given (``classes=train.classes``), so that a split missing a class
+numbers the others as its training split does.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,70 +22,117 @@ from numpy.typing import NDArray
 from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError, DataError
 
-__all__ = ["Labels", "check_labels", "folder_labels"]
+__all__ = ["Labels", "check_classes", "check_labels", "file_classes"]
 
-#: ``"folders"``, or the class names in label order.
-Labels = str | tuple[str, ...]
+#: ``"folders"``, or each file's class name by its name.
+Labels = str | dict[str, str]
 
 
 def check_labels(labels: object) -> Labels | None:
-    """``labels`` as the config keeps it: ``None``, ``"folders"`` or a tuple of names."""
+    """``labels`` as the config keeps it: ``None``, ``"folders"`` or a dict (a copy)."""
     if labels is None or labels == "folders":
         return labels
-    if isinstance(labels, str):
+    if isinstance(labels, Mapping):
+        bad = next(((k, c) for k, c in labels.items() if not isinstance(c, str)), None)
+        if bad is not None or not all(isinstance(k, str) for k in labels):
+            raise ConfigError(
+                "labels maps each file's name to its class's name, e.g. "
+                f"{{'x.jpg': 'cat'}} (got {bad or next(iter(labels.items()))!r}): class "
+                "numbers follow from the names (give classes=[...] to number them)"
+            )
+        if not labels:
+            raise ConfigError("labels is an empty mapping: name each file's class.")
+        return dict(labels)
+    if isinstance(labels, Sequence) and not isinstance(labels, str):
         raise ConfigError(
-            f"labels must be 'folders' (a file's class is its folder's name) or the list "
-            f"of class names in label order (got {labels!r})."
+            f"labels says where a file's class comes from ('folders', or a mapping "
+            f"{{file: class}}); a list numbers the classes: labels='folders', "
+            f"classes={list(labels)!r}."
         )
-    refuse_a_set("labels", labels, "classes")
-    if not isinstance(labels, Sequence) or not all(isinstance(c, str) for c in labels):
+    raise ConfigError(
+        f"labels must be 'folders' (a file's class is its folder's name) or a mapping "
+        f"{{file: class name}} (got {labels!r})."
+    )
+
+
+def check_classes(classes: object, labels: Labels | None) -> tuple[str, ...] | None:
+    """``classes`` as the config keeps it: ``None`` or a tuple of names."""
+    if classes is None:
+        return None
+    if labels is None:
         raise ConfigError(
-            f"labels must be 'folders' or a list of class names, e.g. "
-            f"labels=['cat', 'dog'] or labels=train.classes (got {labels!r})."
+            "classes= numbers the classes labels= finds: give labels='folders' (or a "
+            "mapping {file: class}) with it."
         )
-    names = tuple(labels)
+    refuse_a_set("classes", classes, "classes")
+    if (
+        isinstance(classes, str)
+        or not isinstance(classes, Sequence)
+        or not all(isinstance(c, str) for c in classes)
+    ):
+        raise ConfigError(
+            f"classes must be a list of class names in label order, e.g. "
+            f"classes=['cat', 'dog'] or classes=train.classes (got {classes!r})."
+        )
+    names = tuple(classes)
     if not names:
-        raise ConfigError("labels is an empty list of classes: give their names, or 'folders'.")
+        raise ConfigError("classes is an empty list: give the class names in label order.")
     twice = [c for c, k in Counter(names).items() if k > 1]
     if twice:
-        raise ConfigError(f"labels names the class {twice[0]!r} twice: each class once.")
+        raise ConfigError(f"classes names {twice[0]!r} twice: each class once.")
     return names
 
 
-def folder_labels(
-    keys: Sequence[str], *, rooted: bool, where: str, labels: Labels
+def file_classes(
+    keys: Sequence[str],
+    *,
+    rooted: bool,
+    where: str,
+    labels: Labels,
+    classes: tuple[str, ...] | None,
 ) -> tuple[tuple[str, ...], NDArray[np.int32]]:
-    """The class names and each file's class number: the folder each of ``keys`` is in
-    (``rooted``: keys relative to the folder or prefix ``where``, whose first folder
-    counts; else full names, whose parent folder counts), numbered by ``labels``
-    (``"folders"``: the sorted names)."""
+    """The class names and each file's class number. ``keys``: the files' names relative
+    to the folder or prefix ``where`` (``rooted``), else as listed (full names, whose
+    parent folder counts); ``labels``: ``"folders"`` or a mapping of those names;
+    ``classes``: the names in number order (``None``: sorted)."""
+    place = where or "the list of files"
     # The keys are read once (a packed name is decoded each time it is read: 0.3 s for
-    # ImageNet's 1.28M), and only the folders after that.
-    if rooted:
-        folders = [head if sep else "" for head, sep, _ in (k.partition("/") for k in keys)]
+    # ImageNet's 1.28M), and only the class names after that.
+    if isinstance(labels, dict):
+        named = [labels.get(k, "") for k in keys]
+    elif rooted:
+        named = [head if sep else "" for head, sep, _ in (k.partition("/") for k in keys)]
     else:
-        folders = [k.rpartition("/")[0].rpartition("/")[2] for k in keys]
-    found = set(folders)
+        named = [k.rpartition("/")[0].rpartition("/")[2] for k in keys]
+    found = set(named)
     if "" in found:
-        loose = [i for i, f in enumerate(folders) if not f]
+        loose = [i for i, c in enumerate(named) if not c]
+        if isinstance(labels, dict):
+            some = next(iter(labels))
+            raise DataError(
+                f"{place}: labels= names the classes of {len(keys) - len(loose):,} of its "
+                f"{len(keys):,} files, not {keys[loose[0]]!r} ({len(loose):,} in all): its "
+                f"keys are the files' names "
+                + ("under the folder given" if rooted else "as listed")
+                + f" (e.g. {keys[0]!r}; one of labels' keys is {some!r})"
+            )
         at = f"directly in {where}" if rooted else "in no folder"
         raise DataError(
-            f"{where or 'the list of files'}: labels='folders' takes each file's class from "
-            f"the folder it is in, but {len(loose):,} of {len(folders):,} files are {at} "
-            f"(e.g. {keys[loose[0]]!r}): move them into their class's folder, or leave them "
-            "out"
+            f"{place}: labels='folders' takes each file's class from the folder it is in, "
+            f"but {len(loose):,} of {len(named):,} files are {at} (e.g. {keys[loose[0]]!r}): "
+            "move them into their class's folder, or leave them out"
         )
-    names = sorted(found) if labels == "folders" else list(labels)
+    names = sorted(found) if classes is None else list(classes)
     number = {c: i for i, c in enumerate(names)}
     unknown = sorted(found - set(number))
     if unknown:
-        example = keys[folders.index(unknown[0])]
+        example = keys[named.index(unknown[0])]
+        what = "class folders" if labels == "folders" else "classes labels= names"
         raise DataError(
-            f"{where or 'the list of files'}: {len(unknown):,} of its {len(found):,} class "
-            f"folders are not among the {len(names):,} classes labels= names: "
-            f"{unknown[:5]!r} (e.g. {example!r}): add them to the list, or leave their "
-            "files out"
+            f"{place}: {len(unknown):,} of its {len(found):,} {what} are not among the "
+            f"{len(names):,} classes= names: {unknown[:5]!r} (e.g. {example!r}): add them "
+            "to the list, or leave their files out"
         )
-    out = np.fromiter((number[f] for f in folders), dtype=np.int32, count=len(folders))
+    out = np.fromiter((number[c] for c in named), dtype=np.int32, count=len(named))
     out.setflags(write=False)
     return tuple(names), out

@@ -16,6 +16,7 @@ in the same order, so its batches are byte-identical to the default mode's.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ from headrace.errors import ConfigError, DataError
 from headrace.formats._file_config import RECORD_FORMATS, FileSourceConfig
 from headrace.formats._file_counts import CountStats, resolve_counts
 from headrace.formats._file_decode import FileDecoder, default_decode_threads
-from headrace.formats._file_labels import Labels, folder_labels
+from headrace.formats._file_labels import file_classes
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_rows import by_rows, rows_above
@@ -162,9 +163,11 @@ class FileSource(Closing):
         #: The class names and each file's class number (``labels=``; else None).
         self.classes: tuple[str, ...] | None = None
         self.file_labels: NDArray[np.int32] | None = None
-        if config.labels is not None:
+        if labels_held is not None:  # a copy's: the parent's (its labels= not sent)
+            self.classes, self.file_labels = labels_held
+        elif config.labels is not None:
             try:
-                self.classes, self.file_labels = labels_held or self._folder_labels()
+                self.classes, self.file_labels = self._file_classes()
             except BaseException:
                 self.files.close()
                 raise
@@ -345,6 +348,9 @@ class FileSource(Closing):
             out.update(PNG16_PART)
         if self.classes is not None:  # batches with labels: not the data a run without read
             out["classes"] = list(self.classes)
+            # Each file's class (a mapping's, which the names do not say), as a digest.
+            assert self.file_labels is not None
+            out["file_labels"] = hashlib.sha256(self.file_labels.tobytes()).hexdigest()
         return out
 
     def _counts_part(self) -> int | list[int]:
@@ -564,14 +570,19 @@ class FileSource(Closing):
         # (No error is left in picked; index names the samples delivered, replacements too.)
         return self.labelled(stack_samples(cast(list[Sample], picked), index, into))
 
-    def _folder_labels(self) -> tuple[tuple[str, ...], NDArray[np.int32]]:
-        """The classes and each file's class, from the folders (``labels=``)."""
-        f = self.files
-        labels = cast(Labels, self.config.labels)
+    def _file_classes(self) -> tuple[tuple[str, ...], NDArray[np.int32]]:
+        """The classes and each file's class number (``labels=``)."""
+        f, c = self.files, self.config
+        assert c.labels is not None
         if f.rooted:
-            return folder_labels(f.keys, rooted=True, where=f.url, labels=labels)
-        names = [f"{f.url}/{k}" if f.url else os.path.abspath(k) for k in f.keys]
-        return folder_labels(names, rooted=False, where=f.url, labels=labels)
+            keys: Sequence[str] = f.keys
+        elif isinstance(c.labels, dict):  # the names as listed
+            keys = [f"{f.url}/{k}" for k in f.keys] if f.url else f.keys
+        else:  # full names: the folder holding a file is its class
+            keys = [f"{f.url}/{k}" if f.url else os.path.abspath(k) for k in f.keys]
+        labels = cast("str | dict[str, str]", c.labels)  # (a mapping kept as a dict)
+        classes = cast("tuple[str, ...] | None", c.classes)  # (a list kept as a tuple)
+        return file_classes(keys, rooted=f.rooted, where=f.url, labels=labels, classes=classes)
 
     def labelled(self, batch: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
         """``batch`` with each sample's class as ``label`` (``labels=``; else as it is)."""
@@ -794,6 +805,10 @@ class FileSource(Closing):
                 # A list of local paths is its listing's keys (sorted, as strings), which
                 # a copy reads instead of listing: sent packed, not as a str a path again.
                 files = f.keys
+        if isinstance(config.labels, dict):
+            # Not sent: "labels" carries what it resolved to, which a copy takes (ImageNet's
+            # 1.28M file names with a class each would be 60 MB pickled for every worker).
+            config = dataclasses.replace(config, labels="folders", classes=None)
         return {
             "args": (files, config, store_options),
             "listing": (f.keys, f.sizes, f.etags),
