@@ -15,6 +15,7 @@ test mounted when it ends. Mark such tests ``integration``.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -32,6 +33,17 @@ from headrace.emulate import SlowMount, fuse_available
 # handled signal to the default, which Python turns back into KeyboardInterrupt).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection made (the imported modules: torch, pyarrow, jax... ~300k
+    objects in each worker) out of the garbage collector's sight (``gc.freeze``): a full
+    collection, and every test's ``gc.collect()``, walked them all again, 0.13 s each.
+    With them frozen the collector's time in tests/formats and tests/pipeline fell from
+    30 s to 9.5 s of CPU, and their wall time from 105 s to 92 s (2c, 2026-12-05).
+    Frozen objects are never collected: only garbage made since is, all a test makes."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
