@@ -807,7 +807,7 @@ class FileSource(Closing):
                 files = f.keys
         if isinstance(config.labels, dict):
             # Not sent: "labels" carries what it resolved to, which a copy takes (ImageNet's
-            # 1.28M file names with a class each would be 60 MB pickled for every worker).
+            # 1.28M file names with a class each: 55 MB pickled, 1.5 s, for every worker).
             config = dataclasses.replace(config, labels="folders", classes=None)
         return {
             "args": (files, config, store_options),
