@@ -121,7 +121,11 @@ def test_a_split_numbered_as_training_was(tmp_path: Path) -> None:
     [
         ({"labels": "folder"}, "must be 'folders'"),
         ({"labels": ["cat", "dog"]}, r"a list numbers the classes: labels='folders', classes="),
-        ({"labels": {"000.jpg": 1}}, "maps each file's name to its class's name"),
+        (
+            {"labels": {"000.jpg": 1}},
+            r"maps each file's name to its class's name.*\('000.jpg', 1\)",
+        ),
+        ({"labels": {"a": "b", 7: "c"}}, r"\(7, 'c'\)"),
         ({"labels": {}}, "empty mapping"),
         ({"labels": "folders", "classes": {"cat", "dog"}}, "not a set"),
         ({"labels": "folders", "classes": []}, "empty list"),
@@ -271,8 +275,8 @@ def test_a_mapping_names_each_files_class(tmp_path: Path) -> None:
         assert v.classes == tuple(order)
         assert [order[i] for i in v.file_labels] == [wnid[k] for k in v.files.keys]
     # A list of files: its names as listed.
-    listed = sorted(str(p) for p in (tmp_path / "val").glob("*.jpg"))
-    by_path = {p: wnid[os.path.basename(p)] for p in listed}
+    listed = sorted((tmp_path / "val").glob("*.jpg"))
+    by_path = {p: wnid[p.name] for p in listed}  # Paths, as the list has them
     with FileSource(listed, format="jpeg", labels=by_path) as src:
         np.testing.assert_array_equal(src.file_labels, [2, 0, 1, 2, 0, 1])
 

@@ -13,6 +13,7 @@ numbers the others as its training split does.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -33,16 +34,23 @@ def check_labels(labels: object) -> Labels | None:
     if labels is None or labels == "folders":
         return labels
     if isinstance(labels, Mapping):
-        bad = next(((k, c) for k, c in labels.items() if not isinstance(c, str)), None)
-        if bad is not None or not all(isinstance(k, str) for k in labels):
+        bad = next(
+            (
+                (k, c)
+                for k, c in labels.items()
+                if not isinstance(c, str) or not isinstance(k, str | os.PathLike)
+            ),
+            None,
+        )
+        if bad is not None:
             raise ConfigError(
                 "labels maps each file's name to its class's name, e.g. "
-                f"{{'x.jpg': 'cat'}} (got {bad or next(iter(labels.items()))!r}): class "
-                "numbers follow from the names (give classes=[...] to number them)"
+                f"{{'x.jpg': 'cat'}} (got {bad!r}): class numbers follow from the names "
+                "(give classes=[...] to number them)"
             )
         if not labels:
             raise ConfigError("labels is an empty mapping: name each file's class.")
-        return dict(labels)
+        return {os.fspath(k): c for k, c in labels.items()}  # a list's Paths as listed
     if isinstance(labels, Sequence) and not isinstance(labels, str):
         raise ConfigError(
             f"labels says where a file's class comes from ('folders', or a mapping "
