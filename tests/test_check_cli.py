@@ -137,6 +137,10 @@ def test_labels_from_a_csv_count_each_class(
         assert says in err and "Traceback" not in err, err
     assert main([*args[:-1], str(tmp_path / "none.csv")]) == 2
     assert "none.csv: No such file or directory (give 'folders' or a CSV" in capsys.readouterr().err
+    table.write_bytes(b"s00.npz,\xff\xfe\n")  # a spreadsheet's own format, say
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "val.csv: not a UTF-8 CSV ('utf-8' codec can't decode" in err and "Traceback" not in err
 
 
 def test_a_raw_token_file_without_a_dtype_is_told_the_flag(

@@ -202,12 +202,12 @@ def _labels(given: str | None) -> str | dict[str, str] | None:
     if given is None or given == "folders":
         return given
     try:
-        with open(given, newline="") as f:
+        with open(given, newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))
-    except OSError as e:
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        said = e.strerror if isinstance(e, OSError) and e.strerror else f"not a UTF-8 CSV ({e})"
         raise ConfigError(
-            f"--labels {given}: {e.strerror or e} (give 'folders' or a CSV file of "
-            "'file,class' rows)"
+            f"--labels {given}: {said} (give 'folders' or a CSV file of 'file,class' rows)"
         ) from None
     short = next((n for n, row in enumerate(rows, 1) if 0 < len(row) < 2), None)
     if short is not None:
