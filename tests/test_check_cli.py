@@ -126,6 +126,9 @@ def test_labels_from_a_csv_count_each_class(
     args = ["check", str(root), "--format", "npz", "--labels", str(table)]
     assert main(args) == 0
     assert "2 classes, samples of each: ant 1, eel 2" in capsys.readouterr().out
+    table.write_text("s00.npz,eel\ns01.npz,ant\ns02.npz,eel\n", encoding="utf-8-sig")
+    assert main(args) == 0  # no header: the first file's name after Excel's BOM
+    assert "2 classes, samples of each: ant 1, eel 2" in capsys.readouterr().out
     for text, says in (
         ("s00.npz,eel\ns01.npz\n", "line 2 has no class (['s01.npz'])"),
         ("s00.npz,eel\ns00.npz,ant\n", "line 2 gives 's00.npz' the class 'ant', an earlier"),

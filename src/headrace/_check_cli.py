@@ -202,7 +202,7 @@ def _labels(given: str | None) -> str | dict[str, str] | None:
     if given is None or given == "folders":
         return given
     try:
-        with open(given, newline="", encoding="utf-8") as f:
+        with open(given, newline="", encoding="utf-8-sig") as f:  # (a BOM, as Excel writes)
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         said = e.strerror if isinstance(e, OSError) and e.strerror else f"not a UTF-8 CSV ({e})"
