@@ -47,3 +47,45 @@ def test_close_is_required() -> None:
 
     with pytest.raises(TypeError, match=r"abstract method .?close"):
         NoClose()  # type: ignore[abstract]
+
+
+def test_every_source_is_a_with_block_that_closes_its_files(tmp_path: Path) -> None:
+    # TokenSource, TableSource, Mixture and the wrappers had close() but no with block
+    # (a TypeError), where FileSource and the row sources had one (until 2026-12-05).
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from _fds import fds_in
+    from headrace.formats import TableSource, TokenSource
+    from headrace.pipeline import Filtered, Loader, Mapped, Mixture
+
+    np.arange(4000, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    pq.write_table(pa.table({"n": np.arange(50)}), tmp_path / "t.parquet")
+
+    def tokens() -> TokenSource:
+        return TokenSource(tmp_path / "a.bin", dtype="uint16", context=16)
+
+    def keep(arrays: dict[str, np.ndarray], samples: object) -> np.ndarray:
+        return np.ones(len(arrays["x"]), dtype=bool)
+
+    makers = {
+        "TokenSource": tokens,
+        "TableSource": lambda: TableSource(tmp_path / "t.parquet"),
+        "Mixture": lambda: Mixture({"a": tokens(), "b": tokens()}, {"a": 1, "b": 1}, batch_size=4),
+        "Mapped": lambda: Mapped(tokens(), lambda arrays, samples: arrays),
+        "Filtered": lambda: Filtered(tokens(), keep),
+    }
+
+    def held() -> int:
+        """Descriptors and mappings of the files here."""
+        maps = Path("/proc/self/maps").read_text().splitlines()
+        return fds_in(tmp_path) + sum(line.endswith(str(tmp_path / "a.bin")) for line in maps)
+
+    for name, make in makers.items():
+        with make() as src:
+            ld = Loader(src, batch_size=4, seed=0, steps=2, prefetch=0)
+            assert len(list(ld)) == 2, name
+            assert held() > 0, name  # the source keeps its files open or mapped...
+        assert held() == 0, name  # ... until the block ends
+        ld.close()

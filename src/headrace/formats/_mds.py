@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace._warn import warn_user
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import Listing, is_object_url
@@ -91,7 +92,7 @@ class MDSStats:
     ahead_failed: int = 0
 
 
-class MDSSource:
+class MDSSource(Closing):
     """Samples of an MDS dataset (Streaming's ``MDSWriter`` output) by global sample number.
 
     ``root``: the folder or object-store prefix holding ``index.json`` and the shards
@@ -724,9 +725,3 @@ class MDSSource:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._build(state["root"], state["args"], (state["index"], state["listing"]))
-
-    def __enter__(self) -> MDSSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -28,6 +28,7 @@ __all__ = [
     "extension_types",
     "field_of",
     "first_shape",
+    "class_label_names",
     "image_features",
     "numeric_dtype",
     "reference_part",
@@ -600,26 +601,52 @@ def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
     return kind.from_arrays(listed.offsets, arr, mask=mask)
 
 
-def image_features(schema: Any) -> dict[str, str | None]:
-    """The top-level columns that ``datasets`` stored as an ``Image()`` feature (not
-    ``Image(decode=False)``), by the ``huggingface`` schema metadata it writes (Parquet
-    and Arrow alike), and each one's ``mode`` (``Image(mode="L")``; ``None``: none)."""
+def _hf_features(schema: Any) -> dict[str, Any]:
+    """The features ``datasets`` wrote into ``schema``'s ``huggingface`` metadata
+    (Parquet and Arrow alike), by column; ``{}`` without (or unreadable)."""
     raw = (schema.metadata or {}).get(b"huggingface")
     try:
         features = json.loads(raw)["info"]["features"] if raw else {}
     except (ValueError, KeyError, TypeError):
         return {}
-    if not isinstance(features, dict):
-        return {}
+    return features if isinstance(features, dict) else {}
+
+
+def image_features(schema: Any) -> dict[str, str | None]:
+    """The top-level columns that ``datasets`` stored as an ``Image()`` feature (not
+    ``Image(decode=False)``), and each one's ``mode`` (``Image(mode="L")``; ``None``:
+    none)."""
     # Image(decode=False): its user asked datasets for the bytes, so headrace gives them.
     return {
         n: f.get("mode") if isinstance(f.get("mode"), str) else None
-        for n, f in features.items()
+        for n, f in _hf_features(schema).items()
         if isinstance(f, dict)
         and f.get("_type") == "Image"
         and f.get("decode", True) is not False
         and n in schema.names
     }
+
+
+def class_label_names(schema: Any) -> dict[str, tuple[str, ...]]:
+    """The top-level columns that ``datasets`` stored as a ``ClassLabel`` feature, or a
+    list of them (``Sequence(ClassLabel(...))``, ``List(...)``: a token's NER tag), and
+    each one's class names in label order."""
+    out = {}
+    for n, f in _hf_features(schema).items():
+        if not isinstance(f, dict) or n not in schema.names:
+            continue
+        if f.get("_type") in ("Sequence", "List", "LargeList") and isinstance(
+            f.get("feature"), dict
+        ):
+            f = f["feature"]
+        names = f.get("names")
+        if (
+            f.get("_type") == "ClassLabel"
+            and isinstance(names, list)
+            and all(isinstance(c, str) for c in names)
+        ):
+            out[n] = tuple(names)
+    return out
 
 
 def schema_difference(schema: Any, first: Any) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.formats._file_decode import default_decode_threads
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["TableSource"]
 
 
-class TableSource:
+class TableSource(Closing):
     """Rows of a table by global sample number, shuffled per epoch.
 
     ``columns`` picks the columns to read (default: all). Each list or
@@ -96,6 +97,10 @@ class TableSource:
     ``image_mode`` and ``exif_transpose`` as FileSource's, ``decode_threads``
     (``None``: the CPUs this process may use, at most 8; 0: the reading thread).
     A struct's other fields read as columns named ``column.field`` (docs/formats.md).
+
+    :attr:`classes`: the class names, in label order, of each column read that
+    ``datasets`` stored as a ``ClassLabel`` (or a list of them, as a token's NER tag),
+    by column: ``{"label": ("tench", "goldfish", ...)}``; ``{}`` where none is.
 
     ``shapes``: columns of lists of numbers, nested one level a dimension, read as
     ``(B, *shape)`` where every row has that shape (``{"input_features": (80, 3000)}``
@@ -175,6 +180,10 @@ class TableSource:
             raise ConfigError(
                 f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
             )
+        #: The class names of each ``ClassLabel`` column read, by column.
+        self.classes: dict[str, tuple[str, ...]] = {
+            c: self.table.class_names[c] for c in self.names if c in self.table.class_names
+        }
         self.images = image_columns(
             self.table,
             self.names,

@@ -75,6 +75,7 @@ from headrace.formats._table_remote import Fetched, RemoteParquet, resolve_urls
 from headrace.formats._table_schema import (
     TableColumn,
     check_shapes,
+    class_label_names,
     columns_read,
     field_of,
     first_shape,
@@ -185,6 +186,10 @@ class Table(Closing):
         self.image_columns = [c for c in features if c in self._columns]
         #: each of ``image_columns``' ``Image(mode=...)`` (``None``: none given)
         self.image_modes = {c: features[c] for c in self.image_columns}
+        #: the columns read that ``datasets`` stored as a ``ClassLabel`` (or a list of
+        #: them), with their class names in label order
+        classes = class_label_names(first.schema)
+        self.class_names = {c: classes[c] for c in self._columns if c in classes}
         # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
         # group, not 148 (a million row groups held 148 MB in each process and worker).
         per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)

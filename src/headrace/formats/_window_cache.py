@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ObjectNotFoundError
 from headrace.formats._object_files import ObjectFiles, RemoteFile
 from headrace.formats._packed import RemoteSegments, SegmentedFile
@@ -33,7 +34,7 @@ from headrace.plan import WindowLayout, WindowPlan, group_by_window
 __all__ = ["WindowCache"]
 
 
-class WindowCache:
+class WindowCache(Closing):
     """A token source's windows and files (a base of :class:`~headrace.formats.TokenSource`)."""
 
     # Set by TokenSource.__init__; see there.

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError, DataError
 from headrace.io._batch import results
 from headrace.io._pool import source_pool
@@ -51,7 +52,7 @@ def source_seed(seed: int, source: int) -> int:
 _OUT_DTYPE = frozenset({"PaddedRows", "PairRows"})
 
 
-class Mixture:
+class Mixture(Closing):
     """Sources of one shape family (same keys, dtypes and trailing shapes), mixed by weight.
 
     ``sources`` is a sequence (ids 0, 1, ...) or a mapping of names to

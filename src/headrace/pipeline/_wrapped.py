@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch
 from headrace.pipeline._loader_types import Source
@@ -26,7 +27,7 @@ _PASSED = frozenset({"cache_stats", "replaces", "samples_per_epoch", "starts", "
 _LOCKED = frozenset({"followed_by", "prefetch"})
 
 
-class Wrapped:
+class Wrapped(Closing):
     """A source read through ``self.read``; the rest is ``source``'s. ``mixture_fix``:
     what to do instead of wrapping a :class:`Mixture` (refused: the wrapper would see its
     global samples and seed, and a mixture of mixtures reads on the pool it waits on)."""
