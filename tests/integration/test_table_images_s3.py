@@ -51,7 +51,8 @@ def _blobs(corrupt: int | None = None) -> list[bytes]:
 
 
 def _dataset(blobs: list[bytes]) -> Any:
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    classes = datasets.ClassLabel(names=[f"class {i}" for i in range(N)])
+    features = datasets.Features({"image": datasets.Image(), "label": classes})
     rows = {"image": [{"bytes": b, "path": None} for b in blobs], "label": list(range(N))}
     return datasets.Dataset.from_dict(rows, features=features)
 
@@ -92,6 +93,8 @@ def test_s3_gives_the_local_image_batches(s3: S3Fixture, root: Path, sub: str) -
         assert _digests(remote, world) == _digests(local, world), world
     a, b = local(), remote()
     assert b.table.remote and b.images == a.images == ["image"]
+    # The class names from the footer's (the IPC schema's) datasets metadata.
+    assert b.classes == a.classes == {"label": tuple(f"class {i}" for i in range(N))}
     assert a.fingerprint() == b.fingerprint()
     # Grey PNGs (rows 1, 5, ...) as RGB, three sizes in turn.
     plain = TableSource(f"{URL}/{sub}/", store_options=options(s3), shuffle=False, image_mode="RGB")
