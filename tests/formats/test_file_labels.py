@@ -248,6 +248,15 @@ def test_torch_workers_give_the_same_labels(tmp_path: Path) -> None:
     d0, labels = digest(0)
     assert digest(2) == (d0, labels)
     assert sorted(set(labels)) == [0, 1, 2]
+    # A mapping's labels, in workers sent the numbers only (spawned workers unpickle them).
+    wnid = flat_split(tmp_path / "val")
+    ds = TorchDataset(FileSource(tmp_path / "val", format="jpeg", labels=wnid), batch_size=3)
+    seen = []
+    with HeadraceDataLoader(ds, num_workers=2, multiprocessing_context="spawn") as dl:
+        for _, batch in zip(range(4), dl, strict=False):
+            seen += batch["label"].tolist()
+    want = ds.source.file_labels[ds.source.file_item(np.arange(6))[0]]
+    assert sorted(seen) == sorted(want.tolist() * 2)  # two epochs of the six files
 
 
 def flat_split(root: Path, n: int = 6) -> dict[str, str]:
