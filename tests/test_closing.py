@@ -50,8 +50,9 @@ def test_close_is_required() -> None:
 
 
 def test_every_source_is_a_with_block_that_closes_its_files(tmp_path: Path) -> None:
-    # TokenSource, TableSource, Mixture and the wrappers had close() but no with block
-    # (a TypeError), where FileSource and the row sources had one (until 2026-12-05).
+    # TokenSource, TableSource, Mixture, the wrappers and IterableFiles (its with block:
+    # test_file_labels.py) had close() but no with block (a TypeError), where FileSource
+    # and the row sources had one (until 2026-12-05).
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq

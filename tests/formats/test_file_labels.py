@@ -193,10 +193,9 @@ def test_iterable_style_and_a_pickled_copy_label_alike(tmp_path: Path) -> None:
     root = image_folder(tmp_path / "train")
     src = FileSource(root, format="jpeg", labels="folders")
     want = imagefolder_targets(root)
-    it = IterableFiles(src, batch_size=3)
-    for batch in it.epoch(seed=0, epoch=0):
-        assert labels_of(src, batch) == {k: want[k] for k in labels_of(src, batch)}
-    it.close()
+    with IterableFiles(src, batch_size=3) as it:
+        for batch in it.epoch(seed=0, epoch=0):
+            assert labels_of(src, batch) == {k: want[k] for k in labels_of(src, batch)}
     copy_labels_alike(src, pickle.dumps(src))  # a worker's copy: the parent's labels
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._closing import Closing
 from headrace.errors import ConfigError
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_source import FileSource
@@ -27,7 +28,7 @@ from headrace.formats._file_window import FetchWindow, WindowStats
 __all__ = ["IterableFiles"]
 
 
-class IterableFiles:
+class IterableFiles(Closing):
     """Iterate one worker's shard of a :class:`FileSource`'s files, epoch by epoch."""
 
     def __init__(
