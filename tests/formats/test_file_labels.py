@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from headrace.errors import ConfigError, DataError, StateError
-from headrace.formats import FileSource, IterableFiles, synthetic_arrays
+from headrace.formats import FileSource, FileSourceConfig, IterableFiles, synthetic_arrays
 from headrace.formats import write_sample_file as write
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -287,6 +287,14 @@ def test_a_mapping_names_each_files_class(tmp_path: Path) -> None:
     by_path = {p: wnid[p.name] for p in listed}  # Paths, as the list has them
     with FileSource(listed, format="jpeg", labels=by_path) as src:
         np.testing.assert_array_equal(src.file_labels, [2, 0, 1, 2, 0, 1])
+
+
+def test_a_config_with_a_mapping_is_hashable_and_compares_by_it() -> None:
+    # Configs hash (lists are kept as tuples for it); a mapping is a dict.
+    a = FileSourceConfig(format="jpeg", labels={"x.jpg": "cat"})
+    b = FileSourceConfig(format="jpeg", labels={"x.jpg": "dog"})
+    assert hash(a) == hash(FileSourceConfig(format="jpeg", labels={"x.jpg": "cat"}))
+    assert a != b and len({a, b}) == 2
 
 
 def test_a_mapping_missing_a_file_or_a_class_is_refused(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from headrace._messages import refuse_a_set
@@ -153,7 +153,8 @@ class FileSourceConfig:
     npz_ranges_above: int | Literal["auto"] | None = None
     tfrecord_ranges_above: int | Literal["auto"] | None = "auto"
     verify: bool = True
-    labels: str | Mapping[str, str] | None = None
+    # A mapping is kept as a dict, which has no hash: a config hashes by its other fields.
+    labels: str | Mapping[str, str] | None = field(default=None, hash=False)
     classes: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
