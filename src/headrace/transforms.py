@@ -289,9 +289,10 @@ def _check_image(
     unlike the batch's first (``out``)."""
     name = type(t).__name__
     if img.ndim not in (2, 3) or (resizes and img.dtype not in (np.uint8, np.uint16)):
+        takes = "resizes uint8 or uint16" if resizes else "crops"
         raise errors.DataError(
-            f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it resizes "
-            "uint8 or uint16 (H, W) or (H, W, C) images"
+            f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it {takes} "
+            "(H, W) or (H, W, C) images"
         )
     if out is not None and (img.shape[2:] != out.shape[3:] or img.dtype != out.dtype):
         raise errors.DataError(

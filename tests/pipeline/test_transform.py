@@ -508,3 +508,7 @@ def test_center_crop_without_resize_takes_any_dtype() -> None:
     np.testing.assert_array_equal(got, imgs[:, 2:4, 1:4])
     with pytest.raises(DataError, match="it resizes uint8 or uint16"):
         CenterCrop((2, 3), resize=4)({"image": imgs}, Samples(0, np.arange(2)))
+    # Without resizing only the layout matters; the message says what it takes (it said
+    # "it resizes uint8 or uint16" of a float volume it would have cropped).
+    with pytest.raises(DataError, match=r"float32 \(6, 5, 2, 1\); it crops \(H, W\)"):
+        CenterCrop((2, 3))({"image": imgs.reshape(1, 6, 5, 2, 1)}, Samples(0, np.arange(1)))

@@ -181,9 +181,7 @@ class TableSource(Closing):
                 f"{self._where()}: unknown column(s) {unknown}; available: {list(cols)}"
             )
         #: The class names of each ``ClassLabel`` column read, by column.
-        self.classes: dict[str, tuple[str, ...]] = {
-            c: self.table.class_names[c] for c in self.names if c in self.table.class_names
-        }
+        self.classes: dict[str, tuple[str, ...]] = dict(self.table.class_names)
         self.images = image_columns(
             self.table,
             self.names,
