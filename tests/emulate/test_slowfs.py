@@ -130,6 +130,24 @@ def test_stat_latency_is_paid_by_lookups_stats_and_listings(slow_mount, src):
     assert m.stats()["config"]["stat_latency_ms"] == 50
 
 
+def test_a_listing_tells_folders_from_files_without_a_stat_of_each(slow_mount, src):
+    # As NFS, CephFS or JuiceFS do, each entry comes with its type (d_type): os.walk
+    # and scandir's is_dir() need no LOOKUP a name. Without it, every name cost one
+    # (a 4,000-file walk took 4.7 s at 1 ms, 0.12 s with).
+    for i in range(20):
+        (src / "sub" / f"{i}.bin").write_bytes(b"x")
+    m = slow_mount(src)
+    before = m.stats()["stats"]
+    with os.scandir(m.mnt / "sub") as listed:
+        kinds = {e.name: e.is_dir() for e in listed}
+    assert kinds == {"small.txt": False, **{f"{i}.bin": False for i in range(20)}}
+    assert [e.is_dir() for e in os.scandir(m.mnt) if e.name == "sub"] == [True]
+    listing = m.stats()["stats"] - before
+    assert listing <= 2, m.stats()  # the folder's own lookup, not one for each of 21 names
+    os.stat(m.mnt / "sub" / "3.bin")  # a name's stat is a LOOKUP, counted
+    assert m.stats()["stats"] - before > listing
+
+
 def test_parallel_preads_keep_many_reads_in_flight(slow_mount, src):
     m = slow_mount(src, read_latency_ms=20)
     pages = random.Random(7).sample(range(4 * MIB // 4096), 64)

@@ -44,7 +44,14 @@ def test_metadata_passes_through_without_write_bits(ops):
     assert attrs["st_mode"] & 0o222 == 0 and stat.S_ISREG(attrs["st_mode"])
     assert stat.S_ISLNK(ops.getattr("/link")["st_mode"])
     assert ops.readlink("/link") == "f.bin"
-    assert ops.readdir("/", 0) == [".", "..", "f.bin", "link"]
+    # Each entry with its type (lstat's: a link is a link), as a scandir's d_type.
+    listed = ops.readdir("/", 0)
+    assert [(name, stat.S_IFMT(attrs["st_mode"])) for name, attrs, _ in listed] == [
+        (".", stat.S_IFDIR),
+        ("..", stat.S_IFDIR),
+        ("f.bin", stat.S_IFREG),
+        ("link", stat.S_IFLNK),
+    ]
     assert ops.statfs("/")["f_bavail"] == 0
     assert ops.access("/f.bin", os.R_OK) == 0
 

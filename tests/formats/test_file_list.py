@@ -328,3 +328,69 @@ def test_a_dangling_link_in_a_glob_or_list_is_refused_as_in_a_folder(tmp_path: P
     for files in (str(tmp_path / "*.npy"), [tmp_path / "0.npy", tmp_path / "1.npy"], tmp_path):
         with pytest.raises(ObjectNotFoundError, match=r"1\.npy: a symbolic link to .*gone"):
             FileSource(files, format="npy")
+
+
+def test_a_pattern_leaves_out_the_folders_it_matches_and_a_copy_does_not_glob_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import glob
+    import pickle
+
+    for i in range(3):
+        _npy(tmp_path / "d" / f"{i}.npy", i)
+    _npy(tmp_path / "d" / "sub" / "9.npy", 9)
+    src = FileSource(str(tmp_path / "d" / "*"), format="npy", shuffle="none")
+    assert src.files.keys == [str(tmp_path / "d" / f"{i}.npy") for i in range(3)]
+    # A pattern that matches folders only matches no files.
+    with pytest.raises(ObjectNotFoundError, match=r"/\*: no files match this glob pattern"):
+        FileSource(str(tmp_path / "*"), format="npy")
+
+    def no_glob(*args: object, **kwargs: object) -> list[str]:
+        raise AssertionError("a worker's copy globbed again")
+
+    monkeypatch.setattr(glob, "glob", no_glob)
+    copy = pickle.loads(pickle.dumps(src))  # as a worker process gets it
+    assert copy.files.keys == src.files.keys and _values(copy) == [0, 1, 2]
+
+
+def test_stats_go_to_threads_once_slow_and_keep_the_order_and_the_first_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    from headrace.errors import ObjectNotFoundError as NotFound
+    from headrace.formats import _file_walk
+
+    paths = []
+    for i in range(300):
+        p = tmp_path / f"{i:03d}.bin"
+        p.write_bytes(b"x" * i)
+        paths.append(str(p))
+    real = _file_walk.stat_listed
+    threads: set[int] = set()
+    delay = {"s": 0.0}
+
+    def timed(path: str) -> os.stat_result:
+        threads.add(threading.get_ident())
+        if delay["s"]:
+            time.sleep(delay["s"] * (10 if path.endswith("040.bin") else 1))
+        return real(path)
+
+    monkeypatch.setattr(_file_walk, "stat_listed", timed)
+    # A batch is slow at 1 ms a stat here (50 us in use): a loaded machine's hiccup
+    # must not count as a slow mount.
+    monkeypatch.setattr(_file_walk, "_SLOW_STAT_S", 1e-3)
+    # Quick stats (memory's): all in this thread, in order.
+    assert [s.st_size for s in _file_walk.stat_each(paths)] == list(range(300))
+    assert threads == {threading.get_ident()}
+    # Slow ones (a mount's, 5 ms): the first batch here, the rest on many threads.
+    delay["s"] = 5e-3
+    assert [s.st_size for s in _file_walk.stat_each(paths)] == list(range(300))
+    assert len(threads) > 2
+    # Two files gone: the first in the list's order is named, though the other's stat
+    # failed 45 ms sooner (file 40's stat is slow).
+    os.remove(paths[40])
+    os.remove(paths[100])
+    with pytest.raises(NotFound, match=r"040\.bin"):
+        list(_file_walk.stat_each(paths))

@@ -35,6 +35,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -125,9 +126,13 @@ class SlowPassthrough:
     # metadata ----------------------------------------------------------------
     def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
         # Both a name's LOOKUP and a GETATTR come here (mfusepy's high-level API).
-        if self._stat_latency_s:
-            time.sleep(self._stat_latency_s)
-        st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
+        self.stats.stat_started()
+        try:
+            if self._stat_latency_s:
+                time.sleep(self._stat_latency_s)
+            st = os.fstat(fh) if fh is not None else os.lstat(self._real(path))
+        finally:
+            self.stats.stat_finished()
         # Drop write bits: the mount is read-only, and tools (cp, rsync) check them.
         mode = st.st_mode & ~0o222
         return {
@@ -150,10 +155,19 @@ class SlowPassthrough:
             raise OSError(errno.EACCES, os.strerror(errno.EACCES))
         return 0
 
-    def readdir(self, path: str, _fh: int) -> list[str]:
+    def readdir(self, path: str, _fh: int) -> list[tuple[str, dict[str, int], int]]:
+        # Each entry with its type (the d_type a scandir sees), as NFS, CephFS, Lustre,
+        # JuiceFS and gcsfuse report it: a walk knows a folder from a file without a
+        # stat of each name. (Names alone are DT_UNKNOWN, and cost a LOOKUP apiece.)
         if self._stat_latency_s:
             time.sleep(self._stat_latency_s)
-        return [".", "..", *sorted(os.listdir(self._real(path)))]
+        with os.scandir(self._real(path)) as listed:
+            entries = sorted(listed, key=lambda e: e.name)
+        dirs = {"st_mode": stat.S_IFDIR}
+        return [(".", dirs, 0), ("..", dirs, 0)] + [
+            (e.name, {"st_mode": stat.S_IFMT(e.stat(follow_symlinks=False).st_mode)}, 0)
+            for e in entries
+        ]
 
     def readlink(self, path: str) -> str:
         return os.readlink(self._real(path))

@@ -48,6 +48,9 @@ class SlowFSStats:
         self.max_in_flight = 0
         self.latency_wait_s = 0.0
         self.throttle_wait_s = 0.0
+        self.stats = 0  # lookups and getattrs: a listing's stat of each file
+        self.stats_in_flight = 0
+        self.max_stats_in_flight = 0
         self.read_sizes: Counter[int] = Counter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -59,6 +62,16 @@ class SlowFSStats:
                 self.opens += 1
             else:
                 self.open_errors += 1
+
+    def stat_started(self) -> None:
+        with self._lock:
+            self.stats += 1
+            self.stats_in_flight += 1
+            self.max_stats_in_flight = max(self.max_stats_in_flight, self.stats_in_flight)
+
+    def stat_finished(self) -> None:
+        with self._lock:
+            self.stats_in_flight -= 1
 
     def read_started(self, size: int) -> None:
         with self._lock:
@@ -89,6 +102,8 @@ class SlowFSStats:
                 "max_in_flight": self.max_in_flight,
                 "latency_wait_s": round(self.latency_wait_s, 6),
                 "throttle_wait_s": round(self.throttle_wait_s, 6),
+                "stats": self.stats,
+                "max_stats_in_flight": self.max_stats_in_flight,
                 # JSON keys are strings; sorted numerically for people reading the file.
                 "read_size_hist": {str(k): self.read_sizes[k] for k in sorted(self.read_sizes)},
             }

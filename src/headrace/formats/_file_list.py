@@ -40,7 +40,7 @@ from headrace.formats._file_walk import (
     other_skipped,
     refuse_empty,
     refuse_special,
-    stat_listed,
+    stat_each,
     suffixes,
     walk,
 )
@@ -412,6 +412,12 @@ def refuse_repeats(paths: Sequence[str], what: str) -> None:
         seen[same] = p
 
 
+def _no_match(given: str) -> ObjectNotFoundError:
+    return ObjectNotFoundError(
+        f"{given}: no files match this glob pattern (nor is it a folder)" + ESCAPE_HINT
+    )
+
+
 def _pattern(path: str | os.PathLike[str]) -> str | None:
     """``path`` as a glob pattern, its parts that exist as written escaped
     (:func:`~headrace.formats._url_glob.literal_parts`: ``d[1]/*.npy`` reads ``d[1]/``, not
@@ -539,14 +545,13 @@ def list_files(
     pattern = _pattern(files) if isinstance(files, (str, os.PathLike)) else None
     if pattern is not None:
         # As Table.open takes one: the files it matches, as a list of them would be.
-        # Folders it matches are not files; a FIFO or socket is refused below, by name.
+        # Folders it matches are not files (left out by the stats below); a FIFO or
+        # socket is refused below, by name. A worker's copy reads its parent's match.
         given = os.fspath(files)  # type: ignore[arg-type]
-        with in_flight.Waiting("list", pattern):
-            files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
-        if not files:
-            raise ObjectNotFoundError(
-                f"{given}: no files match this glob pattern (nor is it a folder)" + ESCAPE_HINT
-            )
+        files = []
+        if listing is None:
+            with in_flight.Waiting("list", pattern):
+                files = sorted(glob.glob(pattern, recursive=True))
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         try:
@@ -581,6 +586,8 @@ def list_files(
         # A worker's copy reads the files its parent listed (a pattern matched then).
         keys = listing[0] if listing is not None else sorted(str(p) for p in files)
         if not keys:
+            if pattern is not None:
+                raise _no_match(given)
             raise ConfigError("the list of files is empty.")
         if listing is None:
             refuse_repeats(keys, "samples")
@@ -591,14 +598,18 @@ def list_files(
     elif walked is not None:
         listed = walked.keys, walked.sizes, walked.versions  # the walk's stat: one a file
     else:
+        files_of: list[str] = []
         sizes, versions = [], []
-        for k in keys:
-            p = os.path.join(url, k) if url else k
-            st = stat_listed(p)
-            refuse_special(p, st)
+        for k, st in zip(keys, stat_each(keys, url), strict=True):
+            if pattern is not None and stat.S_ISDIR(st.st_mode):
+                continue  # a folder the pattern matches: not a sample
+            refuse_special(os.path.join(url, k) if url else k, st)
+            files_of.append(k)
             sizes.append(st.st_size)
             versions.append(local_version(st))
-        listed = packed((keys, sizes, versions))
+        if not files_of:  # a pattern that matches folders only
+            raise _no_match(given)
+        listed = packed((files_of, sizes, versions))
     return FileList(
         url=url,
         keys=listed[0],

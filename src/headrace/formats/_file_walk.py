@@ -11,21 +11,24 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.io import _in_flight as in_flight
-from headrace.io import open_error
+from headrace.io import deep_io_pool, open_error
 
 __all__ = [
     "Walked",
     "refuse_empty",
     "kind_of",
     "refuse_special",
+    "stat_each",
     "stat_listed",
     "drop_hidden",
     "folder_suffixes",
@@ -131,6 +134,58 @@ def stat_listed(path: str) -> os.stat_result:
         in_flight.end(key)
 
 
+#: Files a stat batch holds; stat batches in flight at once on the deep I/O pool.
+_STAT_BATCH = 32
+_STATS_AHEAD = 256
+#: A batch's stats averaging longer than this (a network mount's, a cold disk's) send
+#: the rest to threads; quicker ones (served from memory: ~5 us) stay in this thread,
+#: where 64 threads contending for the GIL made a local listing 2.7x slower.
+_SLOW_STAT_S = 50e-6
+
+
+def stat_each(keys: Sequence[str], root: str = "") -> Iterator[os.stat_result]:
+    """:func:`stat_listed` of each of ``keys`` (below ``root``, if given), in order.
+
+    A network mount answers each stat in about a round trip (~1 ms): one after
+    another, ImageNet's 1.28 million files took 21 minutes to list. So the stats go
+    one batch at a time in this thread while they are quick, and once a batch's
+    average is slow, many at a time on the deep I/O pool's threads (``os.stat``
+    releases the GIL). Timing decides where they run, not what they return. The
+    first error in ``keys``' order is raised, as stats one after another would.
+    """
+    lo = 0
+    while lo < len(keys):
+        hi = min(len(keys), lo + _STAT_BATCH)
+        t0 = time.perf_counter()
+        batch = _stat_batch(keys[lo:hi], root)
+        slow = time.perf_counter() - t0 > _SLOW_STAT_S * (hi - lo)
+        yield from batch
+        lo = hi
+        if slow:
+            yield from _stats_ahead(keys, lo, root)
+            return
+
+
+def _stats_ahead(keys: Sequence[str], lo: int, root: str) -> Iterator[os.stat_result]:
+    """The stats of ``keys[lo:]``, a batch a task, up to ``_STATS_AHEAD`` tasks ahead."""
+    pool = deep_io_pool()
+    ahead: deque[Future[list[os.stat_result]]] = deque()
+    try:
+        for at in range(lo, len(keys), _STAT_BATCH):
+            ahead.append(pool.submit(_stat_batch, keys[at : at + _STAT_BATCH], root))
+            if len(ahead) >= _STATS_AHEAD:
+                yield from ahead.popleft().result()
+        while ahead:
+            yield from ahead.popleft().result()
+    finally:
+        for f in ahead:  # an error (or a caller that stopped): the rest is not needed
+            f.cancel()
+
+
+def _stat_batch(keys: Sequence[str], root: str) -> list[os.stat_result]:
+    return [stat_listed(os.path.join(root, k) if root else k) for k in keys]
+
+
 def refuse_special(path: str, st: os.stat_result) -> None:
     """Refuse a listed path that is not a regular file: reading a FIFO blocks until a
     writer comes (a read of a list holding one waited for ever), a socket or device
@@ -165,6 +220,7 @@ def walk(root: Path, extensions: tuple[str, ...], others: tuple[str, ...] = ()) 
 
 def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, ...]) -> Walked:
     # Three columns, not a tuple a file: packed one by one below, each freed once packed.
+    found: list[str] = []  # the files to keep, if a stat finds each a regular file
     keys: list[str] = []
     sizes: list[int] = []
     versions: list[str] = []
@@ -210,14 +266,16 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, 
             if n.startswith("."):
                 hidden.append(prefix + n)
                 continue
-            path = os.path.join(folder, n)
-            st = stat_listed(path)
-            if stat.S_ISREG(st.st_mode):
-                keys.append(prefix + n)
-                sizes.append(st.st_size)
-                versions.append(local_version(st))
-            else:  # a FIFO, socket or device named like a sample: counted, as hidden files
-                special.append(f"{prefix + n!r}: {kind_of(st.st_mode)}")
+            found.append(prefix + n)
+    # Stat after the walk, many at a time (:func:`stat_each`), in the walk's order.
+    for key, st in zip(found, stat_each(found, top), strict=True):
+        if stat.S_ISREG(st.st_mode):
+            keys.append(key)
+            sizes.append(st.st_size)
+            versions.append(local_version(st))
+        else:  # a FIFO, socket or device named like a sample: counted, as hidden files
+            special.append(f"{key!r}: {kind_of(st.st_mode)}")
+    del found
     # Sorted by key (a walk lists each once), each column packed and then let go: a
     # list of (key, size, version) tuples, sorted and packed whole, peaked 15 MB above
     # the lists it replaced for 200,000 files (64 vs 49 MB traced). The last folder's
