@@ -303,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
             shard=(int(i), int(k)),
             progress=_progress(),
         )
+        # The whole table's, whatever --shard checked (as a folder's classes are).
+        columns = _column_classes(source) if args.format == "table" else {}
     except HeadraceError as exc:  # one that stops the check (a setting), not a sample's
         _name_the_flag(exc)
         raise
@@ -315,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         source.close()
         sys.stderr.write("\n")
-    _tell(args, source, report)
+    _tell(args, source, report, columns)
     return 0 if report.ok else 1
 
 
@@ -362,8 +364,14 @@ def _name_the_flag(exc: HeadraceError) -> None:
             exc.add_note(f"on the command line: {fix}")
 
 
-def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
-    """Print the report (and write its JSON with ``--json``)."""
+def _tell(
+    args: argparse.Namespace,
+    source: Any,
+    report: Any,
+    columns: dict[str, dict[str, int]] | None = None,
+) -> None:
+    """Print the report (and write its JSON with ``--json``); ``columns``: samples of
+    each class of a table's class-label columns (:func:`_column_classes`)."""
     label = " ".join(args.data)
     print(f"{label}: {report}", flush=True)
     files = args.format not in ("tokens", "table")
@@ -372,9 +380,9 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
         print(f"{label}: {skipped}")
     classes = _class_samples(source) if files else None
     if classes is not None:
-        shown = ", ".join(f"{c} {n:,}" for c, n in list(classes.items())[:20])
-        more = f", ... ({len(classes) - 20:,} more)" if len(classes) > 20 else ""
-        print(f"{label}: {len(classes):,} classes, samples of each: {shown}{more}")
+        print(f"{label}: {_per_class(classes)}")
+    for column, counts in (columns or {}).items():
+        print(f"{label}: column {column!r}: {_per_class(counts)}")
     if args.json:
         data = {
             "data": args.data[0] if len(args.data) == 1 else args.data,
@@ -387,6 +395,7 @@ def _tell(args: argparse.Namespace, source: Any, report: Any) -> None:
             "special_skipped": source.files.special if files else 0,
             "shapes": report.shapes,
             **({"classes": classes} if classes is not None else {}),
+            **({"column_classes": columns} if columns else {}),
             "problems": [
                 {"source": p.source, "sample": p.sample, "error": p.error, "message": p.message}
                 for p in report.problems
@@ -404,6 +413,48 @@ def _class_samples(source: Any) -> dict[str, int] | None:
         return None
     per = np.bincount(source.file_labels, weights=source.counts, minlength=len(source.classes))
     return {c: int(n) for c, n in zip(source.classes, per.tolist(), strict=True)}
+
+
+def _per_class(counts: dict[str, int]) -> str:
+    """``N classes, samples of each: a 10, b 12, ...`` (the first 20 named)."""
+    n = len(counts) - (NO_LABEL in counts)
+    shown = ", ".join(f"{c} {k:,}" for c, k in list(counts.items())[:20])
+    more = f", ... ({len(counts) - 20:,} more)" if len(counts) > 20 else ""
+    return f"{n:,} classes, samples of each: {shown}{more}"
+
+
+#: Where a table's class tally counts a value outside its names: -1 is a split without
+#: labels (a Hugging Face test split's ClassLabel column holds -1 in every row).
+NO_LABEL = "(no label)"
+_TALLY_ROWS = 65_536
+
+
+def _column_classes(source: Any) -> dict[str, dict[str, int]]:
+    """Samples of each class of each class-label column a table source reads
+    (``source.classes``): rows, or a list column's items (``Sequence(ClassLabel)``),
+    the whole table's, read a column at a time. Values outside the names are counted
+    under :data:`NO_LABEL`, after the classes."""
+    import numpy as np
+
+    from headrace.formats import Ragged
+
+    table = source.table
+    out: dict[str, dict[str, int]] = {}
+    for column, names in source.classes.items():
+        counts = np.zeros(len(names), dtype=np.int64)
+        outside = 0
+        for lo in range(0, len(table), _TALLY_ROWS):
+            rows = np.arange(lo, min(len(table), lo + _TALLY_ROWS))
+            v = table.read_rows(rows, [column])[column]
+            items = v.values[v.offsets[0] : v.offsets[-1]] if isinstance(v, Ragged) else v
+            items = np.asarray(items, dtype=np.int64).ravel()
+            inside = (items >= 0) & (items < len(names))
+            counts += np.bincount(items[inside], minlength=len(names))
+            outside += int(items.size - np.count_nonzero(inside))
+        out[column] = dict(zip(names, counts.tolist(), strict=True))
+        if outside:
+            out[column][NO_LABEL] = outside
+    return out
 
 
 def _progress() -> Any:

@@ -79,3 +79,45 @@ def test_a_table_without_class_labels_has_none(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "odd.parquet")
     with TableSource(tmp_path / "odd.parquet") as src:
         assert src.classes == {}
+
+
+@pytest.mark.parametrize("how", ["save_to_disk", "to_parquet"])
+def test_check_counts_each_class_of_a_tables_class_label_columns(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from headrace.cli import main
+
+    ds, path = labelled(tmp_path, how)
+    out = tmp_path / "report.json"
+    args = ["check", str(path), "--format", "table", "--width", "4", "--json", str(out)]
+    assert main(args) == 0
+    want = dict.fromkeys(ANIMALS, 0)
+    for i in range(N):
+        want[ANIMALS[ds[i]["label"]]] += 1
+    tags = {t: sum(row.count(i) for row in ds["ner_tags"]) for i, t in enumerate(TAGS)}
+    got = json.loads(out.read_text())["column_classes"]
+    assert got == {"label": want, "ner_tags": tags}  # a list column: each of its items
+    said = capsys.readouterr().out
+    assert "column 'label': 3 classes, samples of each: tench 8, goldfish 8" in said
+    # The whole table's, whatever --shard checked; the columns read only.
+    assert main([*args[:-2], "--columns", "label", "--shard", "1/2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["column_classes"] == {"label": want}
+
+
+def test_check_counts_rows_without_a_label_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A test split: datasets stores -1 in a ClassLabel column for "no label".
+    from headrace.cli import main
+
+    features = datasets.Features({"label": datasets.ClassLabel(names=ANIMALS)})
+    ds = datasets.Dataset.from_dict({"label": [-1] * 5 + [2, 0]}, features=features)
+    ds.to_parquet(str(tmp_path / "test.parquet"))
+    assert main(["check", str(tmp_path / "test.parquet"), "--format", "table"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "column 'label': 3 classes, samples of each: tench 1, goldfish 0, "
+        "great white shark 1, (no label) 5"
+    ) in said
