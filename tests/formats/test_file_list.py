@@ -394,3 +394,24 @@ def test_stats_go_to_threads_once_slow_and_keep_the_order_and_the_first_error(
     os.remove(paths[100])
     with pytest.raises(NotFound, match=r"040\.bin"):
         list(_file_walk.stat_each(paths))
+
+
+def test_a_list_may_hold_glob_patterns_as_data_files_do(tmp_path: Path) -> None:
+    # Hugging Face's data_files=["a/*.npy", ...]: each pattern's matches in its place
+    # (fails before: the pattern was taken for a path, and the error asked "did you
+    # mean 'a/2.npy'?").
+    for d in ("a", "b"):
+        for i in range(3):
+            _npy(tmp_path / d / f"{i}.npy", 10 * (d == "b") + i)
+    _npy(tmp_path / "a" / "sub" / "9.npy", 9)
+    both = FileSource([str(tmp_path / "b" / "*.npy"), tmp_path / "a" / "*"], format="npy")
+    assert _values(both) == [0, 1, 2, 10, 11, 12]  # sorted; a/sub/, a folder, left out
+    plain = FileSource([tmp_path / d / f"{i}.npy" for d in "ab" for i in range(3)], format="npy")
+    assert both.fingerprint() == plain.fingerprint()
+    with pytest.raises(ObjectNotFoundError, match=r"c/\*\.npy: no files match this glob"):
+        FileSource([tmp_path / "a" / "0.npy", tmp_path / "c" / "*.npy"], format="npy")
+    # Patterns that match folders only match no files.
+    with pytest.raises(ObjectNotFoundError, match=r"a/s\*: no files match this glob"):
+        FileSource([str(tmp_path / "a" / "s*")], format="npy")
+    with pytest.raises(ConfigError, match=r"listed twice"):
+        FileSource([tmp_path / "a" / "*.npy", tmp_path / "a" / "0.npy"], format="npy")

@@ -151,6 +151,10 @@ def test_a_list_of_object_urls_reads_like_its_prefix(s3: S3Fixture, datasets: Pa
     prefix.close()
     with pytest.raises(ObjectNotFoundError, match=rf"s3://{BUCKET}/files/npz/nope\.npz"):
         source([*urls, f"s3://{BUCKET}/files/npz/nope.npz"])
+    # A pattern in a list of object URLs names no object: said, with what reads one.
+    with pytest.raises(ObjectNotFoundError) as caught:
+        source([urls[0], f"s3://{BUCKET}/files/npz/s1*.npz"])
+    assert "a glob pattern of objects is read alone" in "".join(caught.value.__notes__)
     with pytest.raises(ConfigError, match=r"must share a bucket .* s3://elsewhere"):
         source([urls[0], "s3://elsewhere/x.npz"])
     with pytest.raises(ConfigError, match="dataset's files are all local paths or all object"):

@@ -15,7 +15,7 @@ import errno
 import glob
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -418,6 +418,29 @@ def _no_match(given: str) -> ObjectNotFoundError:
     )
 
 
+def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:
+    """``files`` (paths, and glob patterns, as Hugging Face's ``data_files`` take them)
+    as paths, each pattern's matches in its place, and the pattern of each match (folders
+    matched are no samples). A pattern that matches nothing is refused by name (as a
+    missing path is); until 2026-12-05 a list's pattern was taken for a path, and the
+    error asked "did you mean" one of its matches."""
+    out: list[str] = []
+    matched: dict[str, str] = {}
+    for p in files:
+        text = os.fspath(p)
+        pattern = _pattern(text)
+        if pattern is None:
+            out.append(text)
+            continue
+        with in_flight.Waiting("list", pattern):
+            found = glob.glob(pattern, recursive=True)
+        if not found:
+            raise _no_match(text)
+        out += found
+        matched.update(dict.fromkeys(found, text))
+    return out, matched
+
+
 def _pattern(path: str | os.PathLike[str]) -> str | None:
     """``path`` as a glob pattern, its parts that exist as written escaped
     (:func:`~headrace.formats._url_glob.literal_parts`: ``d[1]/*.npy`` reads ``d[1]/``, not
@@ -542,16 +565,13 @@ def list_files(
     if cache is not None:
         local = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         raise local_cache_refused(repr(files), local)
-    pattern = _pattern(files) if isinstance(files, (str, os.PathLike)) else None
-    if pattern is not None:
-        # As Table.open takes one: the files it matches, as a list of them would be.
-        # Folders it matches are not files (left out by the stats below); a FIFO or
-        # socket is refused below, by name. A worker's copy reads its parent's match.
-        given = os.fspath(files)  # type: ignore[arg-type]
-        files = []
-        if listing is None:
-            with in_flight.Waiting("list", pattern):
-                files = sorted(glob.glob(pattern, recursive=True))
+    if isinstance(files, (str, os.PathLike)) and _pattern(files) is not None:
+        files = [files]  # a glob pattern: the files it matches, as a list of them would be
+    paths: list[str] = []
+    matched: dict[str, str] = {}  # a pattern's match: the pattern
+    if not isinstance(files, (str, os.PathLike)) and listing is None:
+        # A worker's copy reads the files its parent listed (its patterns matched then).
+        paths, matched = _expand(files)
     if isinstance(files, (str, os.PathLike)):
         root = Path(files)
         try:
@@ -583,11 +603,8 @@ def list_files(
             found = none_found("files", extensions, others, hidden, example, special)
             raise DataError(f"{root}: {found}")
     else:
-        # A worker's copy reads the files its parent listed (a pattern matched then).
-        keys = listing[0] if listing is not None else sorted(str(p) for p in files)
+        keys = listing[0] if listing is not None else sorted(paths)
         if not keys:
-            if pattern is not None:
-                raise _no_match(given)
             raise ConfigError("the list of files is empty.")
         if listing is None:
             refuse_repeats(keys, "samples")
@@ -601,14 +618,14 @@ def list_files(
         files_of: list[str] = []
         sizes, versions = [], []
         for k, st in zip(keys, stat_each(keys, url), strict=True):
-            if pattern is not None and stat.S_ISDIR(st.st_mode):
-                continue  # a folder the pattern matches: not a sample
+            if k in matched and stat.S_ISDIR(st.st_mode):
+                continue  # a folder a pattern matches: not a sample
             refuse_special(os.path.join(url, k) if url else k, st)
             files_of.append(k)
             sizes.append(st.st_size)
             versions.append(local_version(st))
-        if not files_of:  # a pattern that matches folders only
-            raise _no_match(given)
+        if not files_of:  # patterns that match folders only
+            raise _no_match(", ".join(dict.fromkeys(matched.values())))
         listed = packed((files_of, sizes, versions))
     return FileList(
         url=url,

@@ -207,6 +207,15 @@ def url_list(
         try:
             infos = heads.infos([given for _, given in pairs])  # (each named once there)
             listed = (keys, [i.size for i in infos], [i.etag for i in infos])
+        except ObjectNotFoundError as exc:
+            wild = [u for u in urls if has_magic(u.partition("://")[2])]
+            if wild:
+                exc.add_note(
+                    f"a list of object URLs names objects, and {wild[0]!r} is not one: a "
+                    "glob pattern of objects is read alone (FileSource('s3://bucket/train/"
+                    "*.jpg')); a list of local paths may hold patterns"
+                )
+            raise
         finally:
             heads.close()
     return remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)
