@@ -887,3 +887,32 @@ def test_number_columns_map_to_numpy_without_pandas() -> None:
                  "uint64", "float16", "float32", "float64"):  # fmt: skip
         dt = np.dtype(name)
         assert numeric_dtype(pa, pa.from_numpy_dtype(dt)) == dt
+
+
+def test_a_list_may_hold_glob_patterns_as_data_files_do(tmp_path: Path) -> None:
+    # datasets' data_files=["a/*.parquet", "b/*.parquet"]: each pattern's matches in its
+    # place (fails before: "a/*.parquet: no such file; did you mean 'a/1.parquet'?").
+    for d, first in (("a", 0), ("b", 100)):
+        (tmp_path / d).mkdir()
+        for i in range(2):
+            pq.write_table(_table(10, start=first + 10 * i), tmp_path / d / f"{i}.parquet")
+    (tmp_path / "a" / "sub.parquet").mkdir()  # a folder a pattern matches: no file
+    tb = Table.open([tmp_path / "b" / "*.parquet", str(tmp_path / "a" / "*.parquet")])
+    assert [os.path.relpath(f, tmp_path) for f, _ in tb.files] == [
+        "b/0.parquet",
+        "b/1.parquet",
+        "a/0.parquet",
+        "a/1.parquet",
+    ]  # in the list's order, each pattern's matches sorted
+    assert tb.read_rows(np.arange(len(tb)))["label"].tolist() == [
+        *range(100, 120),
+        *range(0, 20),
+    ]
+    plain = [tmp_path / d / f"{i}.parquet" for d in "ba" for i in range(2)]
+    globbed = [str(tmp_path / "b" / "*.parquet"), tmp_path / "a" / "*.parquet"]
+    one = {"columns": ["label"]}
+    assert TableSource(plain, **one).fingerprint() == TableSource(globbed, **one).fingerprint()
+    with pytest.raises(FormatError, match=r"c/\*\.parquet: no files match"):
+        Table.open([tmp_path / "a" / "0.parquet", tmp_path / "c" / "*.parquet"])
+    with pytest.raises(ConfigError, match=r"listed twice"):
+        Table.open([tmp_path / "a" / "*.parquet", tmp_path / "a" / "0.parquet"])

@@ -47,11 +47,7 @@ from headrace.formats._file_walk import (
 from headrace.formats._files import EXTENSIONS, format_of
 from headrace.formats._object_files import check_store_options
 from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
-from headrace.formats._url_glob import (
-    ESCAPE_HINT,
-    has_magic,
-    literal_parts,
-)
+from headrace.formats._url_glob import ESCAPE_HINT, local_pattern
 from headrace.io import (
     LocalFile,
     ObjectCache,
@@ -428,7 +424,7 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], dict[st
     matched: dict[str, str] = {}
     for p in files:
         text = os.fspath(p)
-        pattern = _pattern(text)
+        pattern = local_pattern(text)
         if pattern is None:
             out.append(text)
             continue
@@ -439,18 +435,6 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], dict[st
         out += found
         matched.update(dict.fromkeys(found, text))
     return out, matched
-
-
-def _pattern(path: str | os.PathLike[str]) -> str | None:
-    """``path`` as a glob pattern, its parts that exist as written escaped
-    (:func:`~headrace.formats._url_glob.literal_parts`: ``d[1]/*.npy`` reads ``d[1]/``, not
-    ``d1/``); ``None`` when it is no pattern, or names an existing path (a folder named
-    ``odd[1]`` is a folder)."""
-    text = os.fspath(path)
-    if not has_magic(text):
-        return None
-    pattern, literal = literal_parts(text, os.path.lexists, os.sep)
-    return None if literal else pattern
 
 
 #: keys, sizes, ETags: a worker copy's are a FileList's (packed), a listing's lists
@@ -565,7 +549,7 @@ def list_files(
     if cache is not None:
         local = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         raise local_cache_refused(repr(files), local)
-    if isinstance(files, (str, os.PathLike)) and _pattern(files) is not None:
+    if isinstance(files, (str, os.PathLike)) and local_pattern(os.fspath(files)) is not None:
         files = [files]  # a glob pattern: the files it matches, as a list of them would be
     paths: list[str] = []
     matched: dict[str, str] = {}  # a pattern's match: the pattern

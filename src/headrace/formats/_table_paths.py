@@ -31,7 +31,7 @@ from headrace.formats._table_layout import (
     state_fingerprint,
 )
 from headrace.formats._table_part import _ARROW_FILE_MAGIC, _pa
-from headrace.formats._url_glob import ESCAPE_HINT, glob_root, has_magic, literal_parts
+from headrace.formats._url_glob import ESCAPE_HINT, glob_root, local_pattern
 from headrace.io._file import missing_hint, slash_hint
 
 log = logging.getLogger("headrace.formats")
@@ -213,25 +213,22 @@ def _resolve(
     """The dataset root (for names in messages) and its files in order."""
     refuse_empty([path] if isinstance(path, (str, os.PathLike)) else [], "Table.open")
     if not isinstance(path, (str, os.PathLike)):
-        files = [os.fspath(p) for p in _path_list(path)]
+        # A list may hold glob patterns, as Hugging Face's data_files does: each one's
+        # matches in its place (until 2026-12-05 taken for a path: "no such file").
+        files: list[str] = []
+        for p in _path_list(path):
+            text = os.fspath(p)
+            files += _matches(text) if local_pattern(text) else _regular([text])
         if not files:
             raise ConfigError("Table.open got an empty list of files")
-        return os.path.commonpath([os.path.abspath(f) for f in files]), _regular(files)
+        refuse_repeats(files, "rows")  # (patterns that overlap)
+        return os.path.commonpath([os.path.abspath(f) for f in files]), files
     root = os.fspath(path)
-    # Parts that exist as written are those names (t[01].parquet is that file, not
-    # t0.parquet and t1.parquet): a pattern only past them, or none at all.
-    pattern, literal = literal_parts(root, os.path.lexists, os.sep)
-    if has_magic(root) and not literal:
-        # Folders it matches are not files; a FIFO, socket or dangling link is refused
-        # below, by name, as FileSource refuses them (a FIFO was left out silently).
-        files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
-        if not files:
-            raise FormatError(f"{root}: no files match{ESCAPE_HINT}")
-        _refuse_delta_above(_regular(files))
+    if local_pattern(root):
         # The folder above the first wildcard, as on object storage (_url_glob): the
         # files' names in the fingerprint are relative to it, so a state saved on
         # local files resumes on their copy in a bucket.
-        return glob_root(root, os.sep), files
+        return glob_root(root, os.sep), _matches(root)
     if os.path.lexists(root) and not os.path.isdir(root):  # (a dangling link: named)
         return os.path.dirname(root), _regular([root])
     if not os.path.isdir(root):
@@ -296,6 +293,19 @@ def _resolve(
             "are not read as columns) or a list of files"
         )
     return root, folder_files(root, _regular_names(root), os.sep)
+
+
+def _matches(given: str) -> list[str]:
+    """The files the pattern ``given`` matches, sorted. Folders it matches are not files;
+    a FIFO, socket or dangling link is refused by name, as FileSource refuses them (a
+    FIFO was left out silently)."""
+    pattern = local_pattern(given)
+    assert pattern is not None
+    files = sorted(f for f in glob.glob(pattern, recursive=True) if not os.path.isdir(f))
+    if not files:
+        raise FormatError(f"{given}: no files match{ESCAPE_HINT}")
+    _refuse_delta_above(_regular(files))
+    return files
 
 
 def _regular(files: list[str]) -> list[str]:

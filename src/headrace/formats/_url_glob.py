@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import os
 import re
 from collections.abc import Callable, Sequence
 
@@ -32,6 +33,7 @@ __all__ = [
     "key_matches",
     "listed_exists",
     "literal_parts",
+    "local_pattern",
 ]
 
 _MAGIC = "*?["
@@ -69,6 +71,16 @@ def literal_parts(pattern: str, exists: Callable[[str], bool], sep: str = "/") -
             return sep.join(parts), False
         parts[i] = re.sub(r"([*?[])", r"[\1]", part)
     return sep.join(parts), True
+
+
+def local_pattern(path: str) -> str | None:
+    """A local ``path`` as a glob pattern, its parts that exist as written escaped
+    (:func:`literal_parts`: ``d[1]/*.npy`` reads ``d[1]/``, not ``d1/``); ``None`` when it
+    is no pattern, or names an existing path (a folder named ``odd[1]`` is a folder)."""
+    if not has_magic(path):
+        return None
+    pattern, literal = literal_parts(path, os.path.lexists, os.sep)
+    return None if literal else pattern
 
 
 def listed_exists(urls: Sequence[str]) -> Callable[[str], bool]:
