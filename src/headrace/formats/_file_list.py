@@ -39,8 +39,7 @@ from headrace.formats._file_walk import (
     other_formats,
     other_skipped,
     refuse_empty,
-    refuse_special,
-    stat_each,
+    regular_stats,
     suffixes,
     walk,
 )
@@ -601,10 +600,7 @@ def list_files(
     else:
         files_of: list[str] = []
         sizes, versions = [], []
-        for k, st in zip(keys, stat_each(keys, url), strict=True):
-            if k in matched and stat.S_ISDIR(st.st_mode):
-                continue  # a folder a pattern matches: not a sample
-            refuse_special(os.path.join(url, k) if url else k, st)
+        for k, st in regular_stats(keys, matched, url):
             files_of.append(k)
             sizes.append(st.st_size)
             versions.append(local_version(st))
