@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._file_walk import refuse_empty, refuse_special, stat_listed, suffixes
+from headrace.formats._file_walk import refuse_empty, regular_stats, suffixes
 from headrace.formats._object_files import ObjectFiles, refuse_bucketless
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -130,13 +130,10 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
     # A part that exists as written is that folder (d[1]/*.bin: not d1/'s shards).
     escaped = pattern if folder is not None else literal_parts(pattern, os.path.lexists, os.sep)[0]
     with in_flight.Waiting("list", escaped):
-        found = sorted(
-            f
-            for f in glob.glob(escaped, recursive=True)
-            if not f.endswith(SIDECARS)
-            # A folder named like a shard is not one (a FIFO or dangling link is: refused below).
-            and not os.path.isdir(f)
-        )
+        matches = sorted(f for f in glob.glob(escaped, recursive=True) if not f.endswith(SIDECARS))
+    # A folder named like a shard is not one; a FIFO or dangling link is, and is refused
+    # by name. Stat-ed many at a time once slow (a network mount's round trip each).
+    found = [f for f, _ in regular_stats(matches, matches)]
     if not found:
         if folder is not None:
             held = suffixes(
@@ -154,8 +151,6 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
             "indexes are not counted); pass a pattern that matches the shards, or a list "
             "of them" + ESCAPE_HINT
         )
-    for path in found:
-        refuse_special(path, stat_listed(path))
     if folder is not None:
         _refuse_splits(folder, found, os.sep)
     return found
