@@ -195,8 +195,8 @@ def regular_stats(
 ) -> Iterator[tuple[str, os.stat_result]]:
     """Each of ``paths`` (below ``root``, if given) that is a file, with its stat
     (:func:`stat_each`: many at a time once slow): a folder among ``matched`` (a glob
-    pattern's matches) left out, any other path that is not a regular file refused by
-    name (:func:`refuse_special`)."""
+    pattern's matches: a set or dict, asked once a path) left out, any other path that
+    is not a regular file refused by name (:func:`refuse_special`)."""
     for p, st in zip(paths, stat_each(paths, root), strict=True):
         if p in matched and stat.S_ISDIR(st.st_mode):
             continue  # a folder a pattern matches: not a sample

@@ -224,9 +224,12 @@ def _resolve(
         matched: set[str] = set()
         for p in _path_list(path):
             text = os.fspath(p)
-            found = _matches(text) if local_pattern(text) else [text]
-            files += found
-            matched.update(found if local_pattern(text) else ())
+            if local_pattern(text):
+                found = _matches(text)
+                files += found
+                matched.update(found)
+            else:
+                files.append(text)
         if not files:
             raise ConfigError("Table.open got an empty list of files")
         refuse_repeats(files, "rows")  # (patterns that overlap)
@@ -242,7 +245,7 @@ def _resolve(
         # files' names in the fingerprint are relative to it, so a state saved on
         # local files resumes on their copy in a bucket.
         found = _matches(root)
-        files = _regular(found, found)
+        files = _regular(found, set(found))
         if not files:  # folders only
             raise FormatError(f"{root}: no files match{ESCAPE_HINT}")
         _refuse_delta_above(files)

@@ -102,8 +102,8 @@ def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> 
     seen: dict[object, str] = {}
     for f in files:
         if f.segments is None:
-            # One stat a file (a few syscalls were spent opening it already): the same
-            # file under another path, a symbolic or hard link, is the same inode.
+            # The (device, inode) its open saw (a stat for a TokenFile made by hand): the
+            # same file under another path, a symbolic or hard link, is the same inode.
             same: object = f.path if f.remote else (f.identity or _inode(f.path))
             if same in seen:
                 raise ConfigError(

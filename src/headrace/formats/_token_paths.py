@@ -133,7 +133,7 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
         matches = sorted(f for f in glob.glob(escaped, recursive=True) if not f.endswith(SIDECARS))
     # A folder named like a shard is not one; a FIFO or dangling link is, and is refused
     # by name. Stat-ed many at a time once slow (a network mount's round trip each).
-    found = [f for f, _ in regular_stats(matches, matches)]
+    found = [f for f, _ in regular_stats(matches, set(matches))]
     if not found:
         if folder is not None:
             held = suffixes(
