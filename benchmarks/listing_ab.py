@@ -1,6 +1,8 @@
 """What a local folder's listing costs a FileSource: two source trees A/B/A/B.
 
     python benchmarks/listing_ab.py --a /tmp/base/src --b src [--rounds 40 --opens 5]
+    python benchmarks/listing_ab.py --a /tmp/base/src --b src --root MNT --settle-s 1.5
+        # MNT: a slowfs mount of the data (headrace emulate slowfs --stat-latency-ms 1)
 
 The figure in docs/files.md ("Hidden files are left out": 20,000 files in 20
 folders, page cache warm, 84.4 vs 82.0 ms) compares the tree before a change
@@ -38,8 +40,10 @@ def make_data(root: Path, folders: int, per_folder: int) -> None:
                 p.write_bytes(BODY)
 
 
-def child(root: Path, opens: int) -> dict[str, object]:
-    """Runs in a child process with one tree on sys.path."""
+def child(root: Path, opens: int, settle_s: float = 0.0) -> dict[str, object]:
+    """Runs in a child process with one tree on sys.path. ``settle_s``: a wait before each
+    timed open, so that a FUSE or network mount's name and attribute cache (1 s on
+    FUSE) has let go, and each open stats every file anew."""
     from headrace.formats import FileSource
 
     def open_once() -> list[str]:
@@ -51,6 +55,7 @@ def child(root: Path, opens: int) -> dict[str, object]:
     keys = open_once()
     times = []
     for _ in range(opens):
+        time.sleep(settle_s)
         t0 = time.perf_counter()
         open_once()
         times.append(time.perf_counter() - t0)
@@ -63,16 +68,23 @@ def main() -> None:
     ap.add_argument("--opens", type=int, default=5)
     ap.add_argument("--folders", type=int, default=FOLDERS)
     ap.add_argument("--per-folder", type=int, default=PER_FOLDER)
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="wait before each timed open (1.5 on a FUSE mount: its caches let go)",
+    )
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(Path(args.child), args.opens)))
+        print(json.dumps(child(Path(args.child), args.opens, args.settle_s)))
         return
     root = Path(args.root or tempfile.mkdtemp(prefix="listing-ab-"))
     make_data(root, args.folders, args.per_folder)
     ms: dict[str, list[float]] = {"A": [], "B": []}
     digests: dict[str, set[str]] = {"A": set(), "B": set()}
     files = set()
-    for side, result in tree_runs(__file__, args, [str(root), "--opens", str(args.opens)]):
+    passed = [str(root), "--opens", str(args.opens), "--settle-s", str(args.settle_s)]
+    for side, result in tree_runs(__file__, args, passed):
         ms[side].append(float(result["ms"]))  # type: ignore[arg-type]
         digests[side].add(str(result["keys_sha256"]))
         files.add(result["files"])
