@@ -6,6 +6,7 @@ corrupt image names its object, row and column."""
 from __future__ import annotations
 
 import io
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,23 @@ def test_null_checks_at_open_read_headers_only_and_name_a_path(
     ):
         TableSource(f"{URL}/pathonly/data.arrow", store_options=options(s3), images=["image"])
     assert fetched == [1]  # the record batch whose header counts a null, alone
+
+
+def test_check_counts_the_classes_of_a_table_on_s3(
+    s3: S3Fixture, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The class-label column read a column at a time, from the objects as from the files.
+    from headrace.cli import main
+
+    info = s3.server.info
+    opts = [f"endpoint={info.endpoint}", f"region={info.region}", "path_style=true"]
+    opts += [f"access_key_id={info.access_key_id}", f"secret_access_key={info.secret_access_key}"]
+    flags = [x for o in opts for x in ("--store-option", o)]
+    want = f"column 'label': {N} classes, samples of each: class 0 1, class 1 1"
+    for data in (f"{URL}/pq/", str(root / "pq")):
+        out = root / "check.json"
+        args = ["check", data, "--format", "table", "--columns", "label", "--json", str(out)]
+        assert main([*args, *(flags if data.startswith("s3") else [])]) == 0
+        assert want in capsys.readouterr().out
+        got = json.loads(out.read_text())["column_classes"]["label"]
+        assert got == {f"class {i}": 1 for i in range(N)}
