@@ -495,3 +495,17 @@ def test_a_missing_file_is_one_line_without_an_errno(
     gone = str(tmp_path / "gone.npz")
     assert main(["check", gone, str(root / "s00.npz"), "--format", "npz"]) == 2
     assert capsys.readouterr().err == f"headrace check: {gone}: no such file\n"
+
+
+def test_quoted_patterns_are_read_as_one_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 'a/*.npy' 'b/*.npy' as the shell leaves them quoted: each pattern's files (fails
+    # before: "a/*.npy: no such file; did you mean 'a/1.npy'?", exit 2).
+    for d in "ab":
+        (tmp_path / d).mkdir()
+        for i in range(2):
+            write_sample_file("npy", tmp_path / d / f"{i}.npy", {"data": np.zeros(3, np.uint8)})
+    pats = [str(tmp_path / d / "*.npy") for d in "ab"]
+    assert main(["check", *pats, "--format", "npy"]) == 0
+    assert "4 samples read" in capsys.readouterr().out
