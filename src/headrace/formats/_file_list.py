@@ -413,27 +413,42 @@ def _no_match(given: str) -> ObjectNotFoundError:
     )
 
 
-def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:
+class _Matched:
+    """The paths a list's glob patterns matched (folders among them are no samples), as
+    "not one of the paths given as they are": a pattern may match a million files, and a
+    set of them cost ~100 MB while listed; the paths given as they are are few."""
+
+    def __init__(self, given: set[str], patterns: list[str]) -> None:
+        self.given = given
+        self.patterns = patterns
+
+    def __contains__(self, path: object) -> bool:
+        return bool(self.patterns) and path not in self.given
+
+
+def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matched]:
     """``files`` (paths, and glob patterns, as Hugging Face's ``data_files`` take them)
-    as paths, each pattern's matches in its place, and the pattern of each match (folders
+    as paths, each pattern's matches in its place, and which are a pattern's (folders
     matched are no samples). A pattern that matches nothing is refused by name (as a
     missing path is); until 2026-12-05 a list's pattern was taken for a path, and the
     error asked "did you mean" one of its matches."""
     out: list[str] = []
-    matched: dict[str, str] = {}
+    given: set[str] = set()
+    patterns: list[str] = []
     for p in files:
         text = os.fspath(p)
         pattern = local_pattern(text)
         if pattern is None:
             out.append(text)
+            given.add(text)
             continue
         with in_flight.Waiting("list", pattern):
             found = glob.glob(pattern, recursive=True)
         if not found:
             raise _no_match(text)
         out += found
-        matched.update(dict.fromkeys(found, text))
-    return out, matched
+        patterns.append(text)
+    return out, _Matched(given, patterns)
 
 
 #: keys, sizes, ETags: a worker copy's are a FileList's (packed), a listing's lists
@@ -551,7 +566,7 @@ def list_files(
     if isinstance(files, (str, os.PathLike)) and local_pattern(os.fspath(files)) is not None:
         files = [files]  # a glob pattern: the files it matches, as a list of them would be
     paths: list[str] = []
-    matched: dict[str, str] = {}  # a pattern's match: the pattern
+    matched = _Matched(set(), [])
     if not isinstance(files, (str, os.PathLike)) and listing is None:
         # A worker's copy reads the files its parent listed (its patterns matched then).
         paths, matched = _expand(files)
@@ -605,7 +620,7 @@ def list_files(
             sizes.append(st.st_size)
             versions.append(local_version(st))
         if not files_of:  # patterns that match folders only
-            raise _no_match(", ".join(dict.fromkeys(matched.values())))
+            raise _no_match(", ".join(matched.patterns))
         listed = packed((files_of, sizes, versions))
     return FileList(
         url=url,
