@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from headrace.bench._probe_stats import probe_stats
 from headrace.bench._probe_table import BLOCK, table
 from headrace.errors import ConfigError
 from headrace.io import RangeReader, ReaderConfig
@@ -518,7 +519,11 @@ def run(args: argparse.Namespace) -> int:
         return _run_object(args)
     scratch: Path | None = None
     read_only: str | None = None
+    # Timed first, before anything here looks the folder's names up: a mount caches names
+    # and attributes (1 s on FUSE), and stats answered from there say nothing of it.
+    stats: dict[str, Any] = {}
     if target.is_dir():
+        stats = probe_stats(str(target))
         read_only = _unwritable(target)
         if read_only is None:
             # Checked here, where the scratch file is written: a file or an object
@@ -558,6 +563,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             path = str(scratch)
     elif target.is_file():
+        stats = probe_stats(str(target.parent.absolute()))
         path = str(target)
         if target.stat().st_size < MiB:
             _say(
@@ -597,6 +603,7 @@ def run(args: argparse.Namespace) -> int:
             drop_cache=not args.keep_cache,
         )
         report["scratch"] = scratch is not None
+        report["stats"] = stats
         if read_only is not None:
             report["read_only"] = f"{target}: {read_only}"
     finally:

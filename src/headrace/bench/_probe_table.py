@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from headrace.bench._probe_stats import line as stats_line
+
 __all__ = ["BLOCK", "in_flight_cell", "number_cell", "shallow_note", "table", "untimed_note"]
 
 #: the probe's block: its 4 KiB random request, and O_DIRECT's alignment
@@ -102,6 +104,8 @@ def table(report: dict[str, Any]) -> str:
         if deep["threads"] and deep["uring"]:
             ratio = deep["uring"] / deep["threads"]
             lines.append(f"{mode} random 4 KiB, 32 in flight: uring = {ratio:.2f}x threads")
+    if "stats" in report:
+        lines.append(stats_line(report["stats"]))
     if report.get("cache") == "memory":
         lines.append(
             f"note: {fs['fstype']} keeps files in memory: every figure is a memory read, "
