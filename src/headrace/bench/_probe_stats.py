@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from headrace.formats._file_walk import _stat_batch, _stats_ahead
+from headrace.formats._file_walk import _SLOW_STAT_S, _stat_batch, _stats_ahead
 from headrace.io import deep_io_threads
 
 __all__ = ["STAT_NAMES", "line", "probe_stats"]
@@ -71,7 +71,7 @@ def line(stats: dict[str, Any]) -> str:
         return f"stat of a file: not timed: {stats['skipped']}"
     per_s, ratio = stats["in_flight_per_s"], stats["speedup"]
     many = f"{per_s:,.0f}/s" if per_s else "too quick to time"
-    if stats["one_at_a_time_ms"] <= 0.05:
+    if stats["one_at_a_time_ms"] <= _SLOW_STAT_S * 1e3:  # the listing's own threshold
         said = "a file dataset's listing here stats one after another (threads would cost)"
     elif ratio and ratio >= 1.5:
         said = "a file dataset's listing here stats many at a time"
