@@ -12,11 +12,15 @@ the dataset's.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import io
 import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,6 +52,68 @@ _FILTER_NAMES = {
 }
 
 
+# -- h5py at exit ---------------------------------------------------------------------
+# h5py runs every call under one lock. A daemon thread (a read-ahead) inside a call as
+# the interpreter finalizes is stopped there, holding it, and the main thread's last
+# deallocation of any h5py object then waits for it for ever: a script that read HDF5
+# files hung at exit (3 runs in 3 of tests/formats/test_hdf5_exit.py's script; the EIO
+# test once in a loaded CI: py-spy showed the main thread in h5py's ObjectID dealloc,
+# waiting for that lock). So calls are counted, and an exit handler, while threads still
+# run, holds other threads' new calls and waits until none is inside (as
+# headrace.io._exit does for object-store requests).
+_calls = threading.Condition()
+_inside = 0
+_depth = threading.local()  # this thread's calls in progress (a call inside a call)
+_exiting: threading.Thread | None = None  # the thread running exit handlers
+_registered = False
+
+#: The longest the exit waits for HDF5 calls in progress.
+H5_EXIT_WAIT_S = 10.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _counted(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` (which calls into h5py) counted as a call in progress (:func:`_settle`)."""
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        global _inside, _registered
+        depth = getattr(_depth, "n", 0)
+        with _calls:
+            if not _registered:
+                atexit.register(_settle)
+                _registered = True
+            while (
+                depth == 0 and _exiting is not None and _exiting is not threading.current_thread()
+            ):
+                _calls.wait()  # held where it stands, as finalization would stop it
+            _inside += 1
+        _depth.n = depth + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _depth.n = depth
+            with _calls:
+                _inside -= 1
+                _calls.notify_all()
+
+    return call
+
+
+def _settle() -> None:
+    """At exit: hold other threads' new HDF5 calls, and wait (at most H5_EXIT_WAIT_S)
+    for those in progress to return, so that no thread holds h5py's lock when the
+    interpreter finalizes."""
+    global _exiting
+    with _calls:
+        _exiting = threading.current_thread()
+        deadline = time.monotonic() + H5_EXIT_WAIT_S
+        while _inside and (left := deadline - time.monotonic()) > 0:
+            _calls.wait(left)
+
+
 def _h5py() -> Any:
     try:
         import h5py
@@ -62,6 +128,7 @@ def _datasets(group: Any, h5py: Any) -> list[str]:
     return sorted(names)
 
 
+@_counted
 def decode_hdf5(
     data: Buffer | io.RawIOBase,
     *,
@@ -215,6 +282,7 @@ def _check_magic(file: Any, name: str) -> None:
         )
 
 
+@_counted
 def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
     """The samples of an HDF5 file: the leading axis of each of ``datasets``, which
     must agree, read from the object headers alone (``file``: a file-like object,
@@ -369,6 +437,7 @@ def _select(ds: Any, index: Any, name: str, dataset: str) -> NDArray[np.generic]
     return got[inverse]
 
 
+@_counted
 def encode_hdf5(
     arrays: Mapping[str, NDArray[np.generic]],
     *,

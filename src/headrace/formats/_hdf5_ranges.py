@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.formats._hdf5 import _counted, _h5py
 from headrace.formats._lazy_queue import LazyQueue
 from headrace.formats._sparse import MAX_GAP, Span, SparseImage
 from headrace.io._ranges import merge_ranges
@@ -161,6 +162,7 @@ def tree_children(node: NDArray[np.uint8], size: int) -> list[Span]:
     return []
 
 
+@_counted
 def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> FileLayout:
     """Open the file in ``image`` (fetching its metadata on demand) and note where each
     of ``datasets`` keeps its samples and which ranges the metadata took.
@@ -175,8 +177,6 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
     A dataset that cannot be placed (missing, virtual, an error) is ``None``: its
     reads are made on demand, and decoding names what is wrong with it.
     """
-    from headrace.formats._hdf5 import _h5py
-
     h5py = _h5py()
     image.fill([(0, FIRST)], gap=0)
     data: dict[str, _Data | None] = {}
