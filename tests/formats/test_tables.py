@@ -916,3 +916,8 @@ def test_a_list_may_hold_glob_patterns_as_data_files_do(tmp_path: Path) -> None:
         Table.open([tmp_path / "a" / "0.parquet", tmp_path / "c" / "*.parquet"])
     with pytest.raises(ConfigError, match=r"listed twice"):
         Table.open([tmp_path / "a" / "*.parquet", tmp_path / "a" / "0.parquet"])
+    # Patterns that match folders only match no files, alone or in a list.
+    with pytest.raises(FormatError, match=r"sub\*\.parquet: no files match"):
+        Table.open(str(tmp_path / "a" / "sub*.parquet"))
+    with pytest.raises(FormatError, match=r"sub\*\.parquet.*: no files match"):
+        Table.open([str(tmp_path / "a" / "sub*.parquet")])

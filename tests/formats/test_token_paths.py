@@ -180,7 +180,7 @@ def test_slow_opens_go_to_threads_in_order_and_quick_ones_stay_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # On a network mount each shard's open is a few round trips (~3 ms at 1 ms each):
-    # one after another, 500 shards took 1.7 s there, side by side 0.8 s. On a local
+    # one after another, 500 shards took 1.7 s there, side by side 0.5 s. On a local
     # disk (~40 us an open) threads only cost: they stay one after another.
     import threading
     import time

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from headrace.formats._file_walk import _SLOW_STAT_S, _stat_batch, _stats_ahead
+from headrace.formats._file_walk import _SLOW_STAT_S, pooled, stat_listed
 from headrace.io import deep_io_threads
 
 __all__ = ["STAT_NAMES", "line", "probe_stats"]
@@ -46,10 +46,11 @@ def probe_stats(folder: str) -> dict[str, Any]:
         }
     one, many = names[0::2], names[1::2]
     t0 = time.perf_counter()
-    _stat_batch(one, "")
+    for p in one:
+        stat_listed(p)
     one_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for _ in _stats_ahead(many, 0, ""):
+    for _ in pooled(stat_listed, many):
         pass
     many_s = time.perf_counter() - t0
     one_rate = len(one) / one_s if one_s > 0 else None

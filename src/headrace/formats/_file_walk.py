@@ -16,7 +16,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
@@ -27,6 +27,8 @@ __all__ = [
     "Walked",
     "refuse_empty",
     "kind_of",
+    "pooled",
+    "quick_then_pooled",
     "refuse_special",
     "regular_stats",
     "stat_each",
@@ -135,49 +137,52 @@ def stat_listed(path: str) -> os.stat_result:
         in_flight.end(key)
 
 
-#: Files a stat batch holds; stat batches in flight at once on the deep I/O pool.
-_STAT_BATCH = 32
-_STATS_AHEAD = 256
+#: Items a batch holds; batches in flight at once on the deep I/O pool.
+_BATCH = 32
+_AHEAD = 256
 #: A batch's stats averaging longer than this (a network mount's, a cold disk's) send
 #: the rest to threads; quicker ones (served from memory: ~5 us) stay in this thread,
 #: where 64 threads contending for the GIL made a local listing 2.7x slower.
 _SLOW_STAT_S = 50e-6
 
+T = TypeVar("T")
+R = TypeVar("R")
 
-def stat_each(keys: Sequence[str], root: str = "") -> Iterator[os.stat_result]:
-    """:func:`stat_listed` of each of ``keys`` (below ``root``, if given), in order.
 
-    A network mount answers each stat in about a round trip (~1 ms): one after
-    another, ImageNet's 1.28 million files took 21 minutes to list. So the stats go
-    one batch at a time in this thread while they are quick, and once a batch's
-    average is slow, many at a time on the deep I/O pool's threads (``os.stat``
-    releases the GIL). Timing decides where they run, not what they return. The
-    first error in ``keys``' order is raised, as stats one after another would.
-    """
+def quick_then_pooled(fn: Callable[[T], R], items: Sequence[T], slow_s: float) -> Iterator[R]:
+    """``fn`` of each of ``items``, in order: a batch at a time in this thread while a
+    batch averages under ``slow_s`` an item, and once one is slower, the rest many at a
+    time on the deep I/O pool (:func:`pooled`). What a storage round trip (a stat, an
+    open) costs decides where they run, not what they return; the first error in
+    ``items``' order is raised, as calls one after another would."""
     lo = 0
-    while lo < len(keys):
-        hi = min(len(keys), lo + _STAT_BATCH)
+    while lo < len(items):
+        hi = min(len(items), lo + _BATCH)
         t0 = time.perf_counter()
-        batch = _stat_batch(keys[lo:hi], root)
-        slow = time.perf_counter() - t0 > _SLOW_STAT_S * (hi - lo)
+        batch = [fn(x) for x in items[lo:hi]]
+        slow = time.perf_counter() - t0 > slow_s * (hi - lo)
         yield from batch
         lo = hi
         if slow:
-            yield from _stats_ahead(keys, lo, root)
+            yield from pooled(fn, items, lo)
             return
 
 
-def _stats_ahead(keys: Sequence[str], lo: int, root: str) -> Iterator[os.stat_result]:
-    """The stats of ``keys[lo:]``, a batch a task, up to ``_STATS_AHEAD`` tasks ahead:
-    batches of ``_STAT_BATCH``, or fewer, so that a short list still keeps every thread
-    busy (96 files in batches of 32 were 3 stats in flight)."""
+def pooled(fn: Callable[[T], R], items: Sequence[T], lo: int = 0) -> Iterator[R]:
+    """``fn`` of each of ``items[lo:]``, in order, on the deep I/O pool: a batch a task,
+    up to ``_AHEAD`` tasks ahead; batches of ``_BATCH``, or fewer, so that a short list
+    still keeps every thread busy (96 files in batches of 32 were 3 stats in flight)."""
     pool = deep_io_pool()
-    step = max(1, min(_STAT_BATCH, -(-(len(keys) - lo) // deep_io_threads())))
-    ahead: deque[Future[list[os.stat_result]]] = deque()
+    step = max(1, min(_BATCH, -(-(len(items) - lo) // deep_io_threads())))
+
+    def batch(at: int) -> list[R]:
+        return [fn(x) for x in items[at : at + step]]
+
+    ahead: deque[Future[list[R]]] = deque()
     try:
-        for at in range(lo, len(keys), step):
-            ahead.append(pool.submit(_stat_batch, keys[at : at + step], root))
-            if len(ahead) >= _STATS_AHEAD:
+        for at in range(lo, len(items), step):
+            ahead.append(pool.submit(batch, at))
+            if len(ahead) >= _AHEAD:
                 yield from ahead.popleft().result()
         while ahead:
             yield from ahead.popleft().result()
@@ -186,8 +191,18 @@ def _stats_ahead(keys: Sequence[str], lo: int, root: str) -> Iterator[os.stat_re
             f.cancel()
 
 
-def _stat_batch(keys: Sequence[str], root: str) -> list[os.stat_result]:
-    return [stat_listed(os.path.join(root, k) if root else k) for k in keys]
+def stat_each(keys: Sequence[str], root: str = "") -> Iterator[os.stat_result]:
+    """:func:`stat_listed` of each of ``keys`` (below ``root``, if given), in order.
+
+    A network mount answers each stat in about a round trip (~1 ms): one after
+    another, ImageNet's 1.28 million files took 21 minutes to list. So the stats go
+    one after another while they are quick, many at a time once they are slow
+    (:func:`quick_then_pooled`; ``os.stat`` releases the GIL).
+    """
+    # stat_listed looked up at each call: a test may stand in for it.
+    return quick_then_pooled(
+        lambda k: stat_listed(os.path.join(root, k) if root else k), keys, _SLOW_STAT_S
+    )
 
 
 def regular_stats(

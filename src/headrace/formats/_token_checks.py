@@ -12,7 +12,6 @@ document indexes. Each failure is a :class:`~headrace.errors.ConfigError` or
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from numpy.typing import DTypeLike
 
 from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import is_object_url
+from headrace.formats._file_walk import quick_then_pooled
 from headrace.formats._object_files import ObjectFiles
 from headrace.formats._token_listing import list_shards
 from headrace.formats._tokens import (
@@ -33,7 +33,7 @@ from headrace.io._daemon_pool import one_call_pool
 
 __all__ = ["check_files", "check_positions", "describe_files"]
 
-#: A local token file's open that takes longer than this sends the rest to threads.
+#: Local token files' opens averaging longer than this send the rest to threads.
 _SLOW_OPEN_S = 1e-3
 
 
@@ -63,22 +63,14 @@ def describe_files(
             _note_not_a_file(str(f), exc)
             raise
 
-    out: list[TokenFile] = []
     if urls < 2:
         # Local files one after another while quick (~40 us each: threads made 500
-        # shards open in 62 ms, not 18); once one takes longer (a network mount's round
-        # trips: ~3 ms at 1 ms each), the rest side by side, as object URLs are.
-        for i, f in enumerate(files):
-            t0 = time.perf_counter()
-            out.append(one(f))
-            if time.perf_counter() - t0 > _SLOW_OPEN_S:
-                files = files[i + 1 :]
-                break
-        else:
-            return out
+        # shards open in 62 ms, not 18); once they are slower (a network mount's round
+        # trips: ~3 ms at 1 ms each), the rest side by side.
+        return list(quick_then_pooled(one, files, _SLOW_OPEN_S))
     # Left by an error (a Ctrl-C), an open stuck in stalled storage is not waited for.
-    with one_call_pool(max(1, min(16, len(files))), thread_name_prefix="headrace-open") as pool:
-        return out + list(pool.map(one, files))
+    with one_call_pool(min(16, urls), thread_name_prefix="headrace-open") as pool:
+        return list(pool.map(one, files))
 
 
 def _note_not_a_file(path: str, exc: StorageError) -> None:
