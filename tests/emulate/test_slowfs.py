@@ -137,9 +137,10 @@ def test_a_listing_tells_folders_from_files_without_a_stat_of_each(slow_mount, s
     for i in range(20):
         (src / "sub" / f"{i}.bin").write_bytes(b"x")
     m = slow_mount(src)
-    before = m.stats()["stats"]
+    before, listings = m.stats()["stats"], m.stats()["listings"]
     with os.scandir(m.mnt / "sub") as listed:
         kinds = {e.name: e.is_dir() for e in listed}
+    assert m.stats()["listings"] - listings == 1  # one READDIR, counted
     assert kinds == {"small.txt": False, **{f"{i}.bin": False for i in range(20)}}
     assert [e.is_dir() for e in os.scandir(m.mnt) if e.name == "sub"] == [True]
     listing = m.stats()["stats"] - before

@@ -195,7 +195,7 @@ def test_cache_dir_on_a_fuse_mount_says_what_to_do_not_local_disk(
         here(src)
 
 
-def test_a_listing_on_a_slow_mount_stats_many_files_at_once(slow_mount, tmp_path: Path) -> None:
+def test_a_listing_on_a_slow_mount_stats_and_lists_many_at_once(slow_mount, tmp_path: Path) -> None:
     # Each stat waits 5 ms: one file after another, 400 files took 2 s, and
     # ImageNet's 1.28 million 21 minutes at 1 ms. Listed the same as the local folder.
     # (This FUSE server answers one lookup at a time within a folder: 16 folders.)
@@ -205,6 +205,11 @@ def test_a_listing_on_a_slow_mount_stats_many_files_at_once(slow_mount, tmp_path
         for i in range(25):
             (src / f"class{c:02d}" / f"{i:03d}.npy").write_bytes(b"x" * (c * 25 + i))
     m = slow_mount(src, stat_latency_ms=5)
+    # This FUSE server also answers a folder's first lookup of each name one at a time
+    # (a name's later lookups overlap; NFS's do): the folders are looked up here, so
+    # that the listing's own round trips are seen.
+    for c in range(16):
+        os.stat(m.mnt / f"class{c:02d}")
     before = m.stats()
     with FileSource(m.mnt, format="raw", labels="folders") as far:
         got = m.stats()
@@ -214,6 +219,9 @@ def test_a_listing_on_a_slow_mount_stats_many_files_at_once(slow_mount, tmp_path
             assert far.classes == near.classes and len(far.classes) == 16
     assert got["stats"] - before["stats"] >= 400, got  # a stat of each file, at least
     assert got["max_stats_in_flight"] > 3, got  # many of them waited at once
+    # The 16 folders' listings overlap too (one after another: 500 folders, 1.5 s).
+    assert got["listings"] - before["listings"] >= 17, got
+    assert got["max_listings_in_flight"] > 3, got
 
 
 def test_a_table_glob_on_a_slow_mount_stats_its_matches_many_at_once(

@@ -159,10 +159,14 @@ class SlowPassthrough:
         # Each entry with its type (the d_type a scandir sees), as NFS, CephFS, Lustre,
         # JuiceFS and gcsfuse report it: a walk knows a folder from a file without a
         # stat of each name. (Names alone are DT_UNKNOWN, and cost a LOOKUP apiece.)
-        if self._stat_latency_s:
-            time.sleep(self._stat_latency_s)
-        with os.scandir(self._real(path)) as listed:
-            entries = sorted(listed, key=lambda e: e.name)
+        self.stats.listing_started()
+        try:
+            if self._stat_latency_s:
+                time.sleep(self._stat_latency_s)
+            with os.scandir(self._real(path)) as listed:
+                entries = sorted(listed, key=lambda e: e.name)
+        finally:
+            self.stats.listing_finished()
         dirs = {"st_mode": stat.S_IFDIR}
         return [(".", dirs, 0), ("..", dirs, 0)] + [
             (e.name, {"st_mode": stat.S_IFMT(e.stat(follow_symlinks=False).st_mode)}, 0)

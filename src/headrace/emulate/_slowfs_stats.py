@@ -51,6 +51,9 @@ class SlowFSStats:
         self.stats = 0  # lookups and getattrs: a listing's stat of each file
         self.stats_in_flight = 0
         self.max_stats_in_flight = 0
+        self.listings = 0  # READDIRs: a walk's listing of each folder
+        self.listings_in_flight = 0
+        self.max_listings_in_flight = 0
         self.read_sizes: Counter[int] = Counter()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -72,6 +75,16 @@ class SlowFSStats:
     def stat_finished(self) -> None:
         with self._lock:
             self.stats_in_flight -= 1
+
+    def listing_started(self) -> None:
+        with self._lock:
+            self.listings += 1
+            self.listings_in_flight += 1
+            self.max_listings_in_flight = max(self.max_listings_in_flight, self.listings_in_flight)
+
+    def listing_finished(self) -> None:
+        with self._lock:
+            self.listings_in_flight -= 1
 
     def read_started(self, size: int) -> None:
         with self._lock:
@@ -104,6 +117,8 @@ class SlowFSStats:
                 "throttle_wait_s": round(self.throttle_wait_s, 6),
                 "stats": self.stats,
                 "max_stats_in_flight": self.max_stats_in_flight,
+                "listings": self.listings,
+                "max_listings_in_flight": self.max_listings_in_flight,
                 # JSON keys are strings; sorted numerically for people reading the file.
                 "read_size_hist": {str(k): self.read_sizes[k] for k in sorted(self.read_sizes)},
             }
