@@ -81,3 +81,28 @@ def test_a_fifo_in_a_folder_is_left_out_and_counted(
     # A link to a good file is a file: read, as FileSource reads it.
     os.symlink(tmp_path / "1.parquet", tmp_path / "3.parquet")
     assert len(TableSource(tmp_path, columns=["x"])) == 9
+
+
+def test_a_folders_table_files_are_stat_ed_many_at_once_when_slow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A folder of 1,000 Parquet shards on a network mount: one stat after another
+    # took a second at 1 ms a stat; once slow they go to the deep pool's threads.
+    import threading
+    import time
+
+    from headrace.formats import _file_walk
+
+    _tables(tmp_path, "parquet", n=80)
+    real = _file_walk.stat_listed
+    threads: set[int] = set()
+
+    def slow(path: str) -> os.stat_result:
+        threads.add(threading.get_ident())
+        time.sleep(5e-3)
+        return real(path)
+
+    monkeypatch.setattr(_file_walk, "stat_listed", slow)
+    src = TableSource(tmp_path, columns=["x"], shuffle=False)
+    assert len(threads) > 2
+    assert sorted(_values(src)) == sorted(i * 10 + j for i in range(80) for j in range(3))
