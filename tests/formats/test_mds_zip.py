@@ -20,7 +20,7 @@ import pytest
 
 from _mds_files import write_mds
 from headrace.errors import ConfigError, FormatError, ReadEOFError
-from headrace.formats import MDSSource
+from headrace.formats import MDSSource, _mds_open
 from headrace.formats._mds_cache import ShardCache
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -370,3 +370,51 @@ def test_the_cache_loads_a_shard_once_for_threads_that_ask_together() -> None:
     with pytest.raises(FormatError, match="damaged"):
         cache.get([4], fail)
     assert cache.get([4], load)[4][0] == 4  # a later get tries again
+
+
+def test_a_streaming_cache_folder_reads_its_decompressed_shards(
+    tmp_path: Path, plain: Path
+) -> None:
+    # Streaming's local cache: each shard downloaded is decompressed beside the index that
+    # names it compressed, and with keep_zip=False (its default) the compressed file is
+    # deleted. Before, such a folder was refused ("no such file: shard.00000.mds.gz");
+    # now a stored decompressed file is read by ranges, and the dataset is the same.
+    root = tmp_path / "cache"
+    paths = _write(root, "gz")
+    with MDSSource(root) as zipped:
+        fingerprint, digest = zipped.fingerprint(), _digest(zipped)
+    for entry, path in zip(_index(root)["shards"], paths, strict=True):
+        (root / entry["raw_data"]["basename"]).write_bytes(gzip.decompress(path.read_bytes()))
+    for keep_zip in (True, False):
+        if not keep_zip:
+            for path in paths:
+                path.unlink()
+        with MDSSource(root) as src:
+            assert src.fingerprint() == fingerprint  # a checkpoint of either loads on the other
+            assert _digest(src) == digest  # shuffled by windows, as the compressed default
+            assert src.stats.unzipped == 0 and src.stats.zip_bytes == 0
+            assert _digest(MDSSource(root, shuffle="full")) == _digest(MDSSource(plain))
+            assert [s.basename for s in src.index.shards][:2] == [
+                "shard.00000.mds",
+                "shard.00001.mds",
+            ]
+    # A folder that cannot be listed (read permission off; root ignores it: injected)
+    # holds no decompressed file known: its compressed files are read, if stored.
+    _write(tmp_path / "again", "gz")  # the compressed files, stored again
+    for path in paths:
+        path.write_bytes((tmp_path / "again" / path.name).read_bytes())
+
+    def unlisted(folder: str) -> list[str]:
+        raise PermissionError(13, "Permission denied", folder)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_mds_open.os, "listdir", unlisted)
+        with MDSSource(root) as src:
+            assert _digest(src) == digest and src.stats.unzipped == 8
+    # A decompressed file cut short is refused by name, as any shard's.
+    cut = root / "shard.00003.mds"
+    cut.write_bytes(cut.read_bytes()[:-5])
+    with pytest.raises(
+        FormatError, match=r"shard\.00003\.mds: \d+ bytes, index.json says .*truncated"
+    ):
+        MDSSource(root)

@@ -213,3 +213,28 @@ def test_compressed_shards_on_s3_give_the_local_uncompressed_batches(
         copy = pickle.loads(pickle.dumps(src))
         assert src.cache.held() and copy.cache.held() == []
         copy.close()
+
+
+def test_a_prefix_holding_decompressed_shards_too_reads_them_by_ranges(
+    s3: S3Fixture, zipped: str, tmp_path: Path
+) -> None:
+    # A Streaming cache folder copied up (compressed shards and the decompressed files
+    # beside them): the decompressed ones are read by ranged GETs, the dataset the same.
+    import zstandard
+
+    client = s3.server.info.boto3_client()
+    copy = tmp_path / "both"
+    copy.mkdir()
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix="mds/zstd/")["Contents"]
+    for key in [o["Key"] for o in listed]:
+        data = client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        (copy / key.rsplit("/", 1)[1]).write_bytes(data)
+    for entry in json.loads((copy / "index.json").read_text())["shards"]:
+        data = (copy / entry["zip_data"]["basename"]).read_bytes()
+        raw = zstandard.ZstdDecompressor().decompress(data)
+        (copy / entry["raw_data"]["basename"]).write_bytes(raw)
+    url = _upload(s3, copy, "mds/both")
+    with _remote(s3, zipped) as z, _remote(s3, url) as both:
+        assert both.fingerprint() == z.fingerprint()
+        assert _digest(both) == _digest(z)
+        assert both.stats.unzipped == 0 and both.stats.zip_bytes == 0

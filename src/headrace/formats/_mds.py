@@ -235,7 +235,10 @@ class MDSSource(Closing):
         ]
         raw = np.array(self._raw, dtype=np.int64)
         mode: ShuffleMode | None = args["shuffle"]
-        self.shuffle: ShuffleMode = mode or ("window" if zipped else "full")
+        # The default follows the index, not the files stored: a Streaming cache's shards
+        # read decompressed (read_from) are shuffled as the compressed dataset is.
+        listed_zipped = any((s.listed or s).codec for s in shards)
+        self.shuffle: ShuffleMode = mode or ("window" if listed_zipped else "full")
         self.windows: RowWindows | None = None
         two = 0  # the two largest windows' bytes: what the default cache holds
         if self.shuffle == "window":
@@ -288,7 +291,9 @@ class MDSSource(Closing):
     def fingerprint(self) -> dict[str, Any]:
         return {
             "kind": "mds",
-            "shards": [[s.basename, s.samples, s.bytes] for s in self.index.shards],
+            "shards": [
+                [e.basename, e.samples, e.bytes] for e in (s.listed or s for s in self.index.shards)
+            ],
             "columns": [[c.name, c.encoding] for c in self.columns],
             # True / False as before windows existed, so saved states still load.
             **shuffle_fingerprint(

@@ -89,6 +89,10 @@ class MDSShard:
     raw_bytes: int | None = None  #: a compressed shard's size decompressed (``raw_data.bytes``)
     hashes: tuple[tuple[str, str], ...] = ()  #: the stored file's (algorithm, hex digest)
     raw_hashes: tuple[tuple[str, str], ...] = ()  #: the decompressed shard's (compressed only)
+    raw_name: str | None = None  #: a compressed shard's decompressed file (``raw_data``'s)
+    #: The index's entry of a compressed shard read from its decompressed file instead
+    #: (:func:`~headrace.formats._mds_open.read_from`): what the dataset's fingerprint names.
+    listed: MDSShard | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,7 @@ def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
                 size,
                 _hashes(zipped, "zip_data", at),
                 _hashes(raw, "raw_data", at),
+                name,
             )
         else:
             shard = MDSShard(name, count, size)

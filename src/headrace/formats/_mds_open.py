@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Container
+from dataclasses import replace
 from typing import Any
 
 from headrace.errors import FormatError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import FileList, Listing, columns, list_files
-from headrace.formats._mds_index import MDSIndex, parse_index
+from headrace.formats._mds_index import MDSIndex, MDSShard, parse_index
 from headrace.formats._object_files import check_store_options
 
-__all__ = ["INDEX", "open_mds", "shard_files"]
+__all__ = ["INDEX", "open_mds", "read_from", "shard_files"]
 
 INDEX = "index.json"
 
@@ -42,6 +44,7 @@ def open_mds(
             raise StorageError(f"{where}: {exc.strerror or exc}") from exc
         index = parse_index(data, where)
         _refuse_repeats(index, where)
+        index = read_from(index, _stored_raw(root, index))
         return index, list_files([os.path.join(root, s.basename) for s in index.shards])
     from headrace.formats._file_list_objects import remote_list
     from headrace.io import ObjectStore
@@ -62,6 +65,7 @@ def open_mds(
         index = parse_index(raw, where)
         _refuse_repeats(index, where)
         listed = dict(store.list_info())
+        index = read_from(index, listed)
         missing = [s.basename for s in index.shards if s.basename not in listed]
         if missing:
             raise ObjectNotFoundError(
@@ -74,6 +78,38 @@ def open_mds(
     except BaseException:
         store.close()
         raise
+
+
+def read_from(index: MDSIndex, stored: Container[str]) -> MDSIndex:
+    """``index`` as read: a compressed shard whose decompressed file (``raw_data``'s) is
+    ``stored`` is read from that file, by ranges, as an uncompressed shard. Streaming's
+    local cache holds such files (a shard downloaded is decompressed beside the index
+    that names it compressed; with ``keep_zip=False``, its default, the compressed file
+    is then deleted). The index's entry is kept (``listed``): the dataset is the same
+    whichever file a shard is read from."""
+    shards = tuple(
+        MDSShard(s.raw_name, s.samples, s.raw_bytes, listed=s)
+        if s.codec and s.raw_name is not None and s.raw_name in stored
+        else s
+        for s in index.shards
+    )
+    return replace(index, shards=shards)
+
+
+def _stored_raw(root: str, index: MDSIndex) -> set[str]:
+    """The compressed shards' decompressed files stored under ``root``: a listing of each
+    folder that would hold one (one READDIR, not a stat a shard). A folder that cannot
+    be listed (no read permission: its files may still be opened by name) holds none,
+    and its compressed files are read."""
+    names = [s.raw_name for s in index.shards if s.codec and s.raw_name is not None]
+    stored: set[str] = set()
+    for folder in sorted({os.path.dirname(n) for n in names}):
+        try:
+            entries = os.listdir(os.path.join(root, folder))
+        except OSError:
+            continue
+        stored.update(os.path.join(folder, e) if folder else e for e in entries)
+    return stored
 
 
 def _refuse_repeats(index: MDSIndex, where: str) -> None:
