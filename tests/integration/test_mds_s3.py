@@ -15,7 +15,7 @@ from s3util import BUCKET, FAST_RETRY, S3Fixture
 
 from _mds_files import write_mds
 from headrace.emulate import FaultRule, LatencyProxy
-from headrace.errors import FormatError, ObjectNotFoundError, StorageError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats import MDSSource
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -238,3 +238,47 @@ def test_a_prefix_holding_decompressed_shards_too_reads_them_by_ranges(
         assert both.fingerprint() == z.fingerprint()
         assert _digest(both) == _digest(z)
         assert both.stats.unzipped == 0 and both.stats.zip_bytes == 0
+
+
+@pytest.mark.parametrize("stored", ["plain", "zstd"])
+def test_cache_dir_keeps_what_is_read_and_a_rerun_reads_it_from_local_disk(
+    s3: S3Fixture,
+    proxy: LatencyProxy,
+    dataset: tuple[Path, str],
+    zipped: str,
+    tmp_path: Path,
+    stored: str,
+) -> None:
+    # Streaming's own reason to exist: the second epoch, or a restarted run, reads
+    # local disk, not the store (before, MDSSource had no cache_dir).
+    url = dataset[1] if stored == "plain" else zipped
+    want = _digest(_remote(s3, url))
+    cache = tmp_path / "cache"
+    with _remote(s3, url, proxy.endpoint, cache_dir=cache) as first:
+        assert _digest(first) == want
+        kept = first.cache_stats
+        assert kept is not None and kept.written > 0
+    # The store now refuses every shard GET: the rerun reads its shards from the cache.
+    prefix = url.removeprefix(f"s3://{BUCKET}/")
+    proxy.set_faults([FaultRule(kind="status", status=403, match=f"GET /{BUCKET}/{prefix}/shard")])
+    with _remote(s3, url, proxy.endpoint, cache_dir=cache) as again:
+        assert _digest(again) == want
+        read = again.cache_stats
+        assert read is not None and read.hits > 0 and read.written == 0
+        copy = pickle.loads(pickle.dumps(again))  # a worker's copy reads the same cache
+        ids = copy.read(0, np.arange(10))["id"].tolist()
+        assert ids == again.read(0, np.arange(10))["id"].tolist()
+        assert copy.cache_stats is not None and copy.cache_stats.hits > 0
+        copy.close()
+    assert proxy.stats.faults == 0  # not one shard GET made
+    # Without the cache, the refusal is met, naming the shard.
+    with pytest.raises(StorageError, match=r"shard\.0000\d\.mds"):
+        _digest(_remote(s3, url, proxy.endpoint))
+
+
+def test_cache_dir_for_a_local_folder_is_refused(dataset: tuple[Path, str], tmp_path: Path) -> None:
+    root, _ = dataset
+    with pytest.raises(ConfigError, match=r"cache_dir keeps local copies .* on local disk already"):
+        MDSSource(root, cache_dir=tmp_path / "cache")
+    with pytest.raises(ConfigError, match=r"cache_bytes=.* needs cache_dir="):
+        MDSSource(root, cache_bytes=1 << 20)

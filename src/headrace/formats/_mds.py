@@ -49,6 +49,7 @@ from headrace.formats._mds_cache import ShardCache, default_cache_bytes
 from headrace.formats._mds_codecs import check_hashes, decompress, require_codec
 from headrace.formats._mds_index import Column, MDSIndex, check_selected, decode_ndarray
 from headrace.formats._mds_open import INDEX, open_mds, shard_files
+from headrace.formats._npy_ranges import CACHE_BLOCK
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight
 from headrace.formats._row_plan import (
     RowWindows,
@@ -58,11 +59,12 @@ from headrace.formats._row_plan import (
     sample_rows,
     shuffle_fingerprint,
 )
-from headrace.io import STRATEGIES
+from headrace.io import STRATEGIES, CacheStats, open_cache
+from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
 
 if TYPE_CHECKING:
-    from headrace.io import Strategy
+    from headrace.io import ObjectCache, Strategy
 
 __all__ = ["MDSSource", "MDSStats"]
 
@@ -110,8 +112,12 @@ class MDSSource(Closing):
     2 GiB, or two windows where more: the one read and the next, read ahead in a
     ``Loader`` (:meth:`prefetch`); at most a quarter of the memory available).
     ``reader``: the local read strategy (:class:`~headrace.io.ReaderConfig`).
-    ``image_mode``: as FileSource's, for ``jpeg`` and ``png`` columns. See
-    docs/files.md for encodings, codecs and refusals.
+    ``image_mode``: as FileSource's, for ``jpeg`` and ``png`` columns.
+    ``cache_dir``: on object storage, keep what is read on local disk (up to
+    ``cache_bytes``) and read it from there the next time (an epoch, a restart, another
+    process): compressed shards whole, uncompressed ones as the 64 KiB blocks their
+    samples touch (:class:`headrace.io.ObjectCache`). See docs/files.md for encodings,
+    codecs and refusals.
     """
 
     def __init__(
@@ -126,8 +132,13 @@ class MDSSource(Closing):
         store_options: dict[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
         image_mode: ImageMode | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)
+        if cache_dir is not None and not is_object_url(os.fspath(root)):
+            raise local_cache_refused(f"{os.fspath(root)!r}", [os.path.join(root, INDEX)])
+        open_cache(cache_dir, cache_bytes)  # cache_bytes without cache_dir: refused here
         if window_rows is not None:
             check_window_rows(window_rows, "None: about 1 GiB of shards")
         if shard_cache_bytes is not None and (
@@ -157,6 +168,8 @@ class MDSSource(Closing):
                 "store_options": store_options,
                 "in_flight": check_in_flight(in_flight),
                 "image_mode": check_image_mode(image_mode, "image_mode"),
+                "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+                "cache_bytes": cache_bytes,
             },
             None,
         )
@@ -172,7 +185,10 @@ class MDSSource(Closing):
         self._reader_strategy = args["reader"]
         self._image_mode = args["image_mode"]
         where = f"{root}/{INDEX}"
-        self.index, self.files = open_mds(root, where, args["store_options"], self.remote, carried)
+        objects_cache = open_cache(args["cache_dir"], args["cache_bytes"])
+        self.index, self.files = open_mds(
+            root, where, args["store_options"], self.remote, carried, objects_cache
+        )
         try:
             self.columns = check_selected(self.index, args["columns"], root)
             self._file_of = shard_files(self.files, self.index, root)
@@ -278,6 +294,12 @@ class MDSSource(Closing):
                 + ("; nothing is read ahead" if self.windows is not None else "")
                 + f"); raise shard_cache_bytes or {fix}"
             )
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What ``cache_dir``'s cache did in this process (``None`` without one)."""
+        cache = self.files.cache
+        return None if cache is None else cache.stats
 
     def __len__(self) -> int:
         return self.samples_per_epoch
@@ -508,9 +530,11 @@ class MDSSource(Closing):
         length: NDArray[np.int64],
         n: int,
         held: dict[int, NDArray[np.uint8]],
+        whole: bool = False,
     ) -> list[NDArray[np.uint8]]:
         """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``:
-        slices of its decompressed bytes where ``held`` has them, else read."""
+        slices of its decompressed bytes where ``held`` has them, else read (``whole``:
+        each group's one range is all of its stored file, a compressed shard's)."""
         out: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * n
         stored = []
         for s, idx in groups:
@@ -530,6 +554,8 @@ class MDSSource(Closing):
                 for i, g in zip(idx.tolist(), got, strict=True):
                     out[i] = g
             return out
+        if self.files.cache is not None and not whole:
+            return self._fetch_blocks(groups, begin, length, out)
         from headrace.formats._object_files import RemoteFile, wait_all
         from headrace.io import ObjectInfo, coalesce
 
@@ -544,6 +570,8 @@ class MDSSource(Closing):
                 self.files.name(f),
                 ObjectInfo(self.files.sizes[f], self.files.etags[f]),
                 queue,
+                # A compressed shard's stored file, kept whole (in 8 MiB pieces) on disk.
+                self._kept(f),
             )
             c = coalesce(np.stack([begin[idx], length[idx]], axis=1))
             bufs = [np.empty(int(b - a), np.uint8) for a, b in zip(c.starts, c.ends, strict=True)]
@@ -555,6 +583,41 @@ class MDSSource(Closing):
             for i, k in zip(idx.tolist(), c.span.tolist(), strict=True):
                 a = int(begin[i] - c.starts[k])
                 out[i] = bufs[k][a : a + int(length[i])]
+        return out
+
+    def _kept(self, f: int) -> tuple[ObjectCache, str] | None:
+        """Where shard file ``f``'s reads are kept (``cache_dir``), if anywhere."""
+        cache, key = self.files.cache, self.files.cache_key
+        return None if cache is None or key is None else (cache, key(f))
+
+    def _fetch_blocks(
+        self,
+        groups: list[tuple[int, NDArray[np.intp]]],
+        begin: NDArray[np.int64],
+        length: NDArray[np.int64],
+        out: list[NDArray[np.uint8]],
+    ) -> list[NDArray[np.uint8]]:
+        """:meth:`_fetch`'s ranges of uncompressed shards on object storage through the
+        cache (``cache_dir``): as the 64 KiB blocks they touch, each kept as an entry
+        (:meth:`FileList.fetch_ranges`), so that a sample is found again whatever samples
+        share its read; the shards side by side."""
+        from headrace.io import coalesce
+
+        queue = self._queue.get()
+
+        def one(s: int, idx: NDArray[np.intp]) -> None:
+            f = self._file_of[s]
+            c = coalesce(np.stack([begin[idx], length[idx]], axis=1))
+            image = np.empty(self.files.sizes[f], np.uint8)  # pages touched only
+            fetch = self.files.fetch_ranges(f, queue, cache_block=CACHE_BLOCK)
+            fetch(list(zip(c.starts.tolist(), c.ends.tolist(), strict=True)), image)
+            for i in idx.tolist():  # copies: the shard's image goes once the batch has them
+                out[i] = image[int(begin[i]) : int(begin[i] + length[i])].copy()
+
+        from headrace.io._batch import results
+        from headrace.io._pool import deep_io_pool
+
+        results([deep_io_pool().submit(one, s, idx) for s, idx in groups])
         return out
 
     def _read_local(
@@ -631,6 +694,7 @@ class MDSSource(Closing):
             sizes,
             len(shards),
             {},
+            whole=True,
         )
 
         def one(s: int, data: NDArray[np.uint8]) -> NDArray[np.uint8]:

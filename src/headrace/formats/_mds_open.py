@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 from collections.abc import Container
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headrace.errors import FormatError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import FileList, Listing, columns, list_files
 from headrace.formats._mds_index import MDSIndex, MDSShard, parse_index
 from headrace.formats._object_files import check_store_options
+
+if TYPE_CHECKING:
+    from headrace.io import ObjectCache
 
 __all__ = ["INDEX", "open_mds", "read_from", "shard_files"]
 
@@ -24,9 +27,11 @@ def open_mds(
     store_options: dict[str, Any] | None,
     remote: bool,
     carried: tuple[MDSIndex, Listing] | None,
+    cache: ObjectCache | None = None,
 ) -> tuple[MDSIndex, FileList]:
     """The parsed index and the shards' listing (sizes and versions); ``carried``: those
-    a parent read, re-opened as they were."""
+    a parent read, re-opened as they were. ``cache``: where the listing's reads of an
+    object store's shards are kept (``cache_dir``)."""
     if not remote:
         check_store_options(store_options, remote=False, paths=[root])
         if carried is not None:
@@ -54,7 +59,7 @@ def open_mds(
     try:
         if carried is not None:
             index, listing = carried
-            return index, remote_list(store, listing, options, None)
+            return index, remote_list(store, listing, options, cache)
         try:
             raw = store.get(INDEX)
         except ObjectNotFoundError as exc:
@@ -74,7 +79,7 @@ def open_mds(
         rows = [
             (s.basename, listed[s.basename].size, listed[s.basename].etag) for s in index.shards
         ]
-        return index, remote_list(store, columns(rows), options, None)
+        return index, remote_list(store, columns(rows), options, cache)
     except BaseException:
         store.close()
         raise
