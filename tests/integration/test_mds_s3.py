@@ -282,3 +282,20 @@ def test_cache_dir_for_a_local_folder_is_refused(dataset: tuple[Path, str], tmp_
         MDSSource(root, cache_dir=tmp_path / "cache")
     with pytest.raises(ConfigError, match=r"cache_bytes=.* needs cache_dir="):
         MDSSource(root, cache_bytes=1 << 20)
+
+
+def test_cache_dir_keeps_nothing_of_shards_listed_without_an_etag(
+    s3: S3Fixture, dataset: tuple[Path, str], tmp_path: Path
+) -> None:
+    # A store that lists no ETag (fault injection: the listing's tags dropped) gives
+    # nothing to tell a replaced shard by: read from the store, counted, not kept.
+    from headrace.formats._packed_names import PackedTags
+
+    root, url = dataset
+    with MDSSource(root, shuffle=False) as local:
+        want = local.read(0, np.arange(50))["id"].tolist()
+    with _remote(s3, url, shuffle=False, cache_dir=tmp_path / "cache") as src:
+        src.files.etags = PackedTags.of([None] * len(src.files))
+        assert src.read(0, np.arange(50))["id"].tolist() == want
+        stats = src.cache_stats
+        assert stats is not None and stats.uncacheable > 0 and stats.written == 0

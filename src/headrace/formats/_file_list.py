@@ -16,6 +16,7 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -217,11 +218,39 @@ class FileList:
             wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
             if keep:
                 assert cache is not None and etag is not None
-                for a, b in keep:  # each block of each run its own entry
-                    for x in range(a, b, cache_block):
-                        cache[0].write(cache[1], size, etag, buf[x : min(x + cache_block, b)], x)
+                _keep_blocks(cache, size, etag, cache_block, keep, buf)
 
         return fetch
+
+    def start_blocks(
+        self,
+        i: int,
+        queue: RequestQueue,
+        spans: list[tuple[int, int]],
+        buf: NDArray[np.uint8],
+        block: int,
+    ) -> tuple[list[Future[None]], Callable[[], None]]:
+        """Start filling ``buf[a:b]`` with object ``i``'s bytes ``[a, b)`` for each span,
+        through the cache (it must have one) as :meth:`fetch_ranges` with ``cache_block``
+        ``block`` does, but in two steps, so that a read of many objects waits for
+        all their GETs at once without a thread an object: the blocks the cache holds
+        are read now, in this thread (local files: threads contending for the GIL over
+        their stats, opens and small reads made a warm epoch 3x slower than local
+        files), and the GETs of the rest started on ``queue``. Returns their futures,
+        and ``keep()``, to call once they are done: it keeps the blocks fetched."""
+        from headrace.formats._object_files import RemoteFile
+        from headrace.io import ObjectInfo
+
+        assert self.cache is not None and self.cache_key is not None
+        size, etag = self.sizes[i], self.etags[i]
+        remote = RemoteFile(self.store, self.keys[i], self.name(i), ObjectInfo(size, etag), queue)
+        if etag is None or etag.startswith("W/"):  # not cached: the store's bytes
+            self.cache.cacheable(etag)  # counted
+            return [p for a, b in spans for p in remote.read_pieces(buf[a:b], a)], lambda: None
+        cache = (self.cache, self.cache_key(i))
+        fetch, keep = _blocks(cache, size, etag, block, spans, buf)
+        futures = [p for a, b in fetch for p in remote.read_pieces(buf[a:b], a)]
+        return futures, lambda: _keep_blocks(cache, size, etag, block, keep, buf)
 
     def local_ranges(
         self, i: int, reader: RangeReader | None = None
@@ -280,28 +309,47 @@ def _blocks(
     spans: list[tuple[int, int]],
     buf: NDArray[np.uint8],
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """The ``block``-aligned blocks ``spans`` touch, those the cache holds read into
-    ``buf``: ``(fetch, keep)``, the spans to fetch and the runs of blocks to keep once
+    """The ``block``-aligned blocks ``spans`` touch, the spans' bytes of those the cache
+    holds read into ``buf`` (a block's entry checked whole once a process, then only
+    the spans read: a block holds ~20 samples of 3 KB, which a shuffle spreads over many
+    reads): ``(fetch, keep)``, the spans to fetch and the runs of blocks to keep once
     fetched. The blocks it lacks, touching ones joined, are fetched and kept; where the
     cache can no longer write (full: it never evicts), only the spans' own bytes of them
     are fetched, as without blocks, and nothing is kept (a whole block for each row
     would cost 16 times a 4 KiB row's bytes on every read, for nothing)."""
     found, name = cache
-    touched = sorted(
-        {k for a, b in spans if b > a for k in range(a // block, (b - 1) // block + 1)}
-    )
+    within: dict[int, list[tuple[int, int]]] = {}  # each touched block's bits of the spans
+    for a, b in spans:
+        for k in range(a // block, (b - 1) // block + 1) if b > a else ():
+            within.setdefault(k, []).append((max(a, k * block), min(b, (k + 1) * block)))
     missing = []
-    for k in touched:
+    for k in sorted(within):
         a, b = k * block, min((k + 1) * block, size)
+        # (has: one stat; a missing entry's open would look for a name it misspells.)
         if not (
-            found.has(name, size, etag, a, b - a) and found.read_into(buf[a:b], name, size, etag, a)
+            found.has(name, size, etag, a, b - a)
+            and found.read_ranges(name, size, etag, within[k], buf, a, b - a)
         ):
             missing.append((a, b))
     runs = merge_ranges(missing)
     if found.writing:
         return runs, runs
     bits = [(max(a, x), min(b, y)) for x, y in runs for a, b in spans if a < y and b > x]
-    return merge_ranges(bits), []
+    return merge_ranges(bits, gap=block), []  # a GET for spans a block apart, as uncached
+
+
+def _keep_blocks(
+    cache: tuple[ObjectCache, str],
+    size: int,
+    etag: str,
+    block: int,
+    keep: list[tuple[int, int]],
+    buf: NDArray[np.uint8],
+) -> None:
+    """Write each ``block`` of the runs ``keep`` (fetched into ``buf``) as its own entry."""
+    for a, b in keep:
+        for x in range(a, b, block):
+            cache[0].write(cache[1], size, etag, buf[x : min(x + block, b)], x)
 
 
 def special_skipped(n: int, example: str | None) -> str:

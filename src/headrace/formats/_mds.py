@@ -599,25 +599,30 @@ class MDSSource(Closing):
     ) -> list[NDArray[np.uint8]]:
         """:meth:`_fetch`'s ranges of uncompressed shards on object storage through the
         cache (``cache_dir``): as the 64 KiB blocks they touch, each kept as an entry
-        (:meth:`FileList.fetch_ranges`), so that a sample is found again whatever samples
-        share its read; the shards side by side."""
-        from headrace.io import coalesce
+        (:meth:`FileList.start_blocks`), so that a sample is found again whatever
+        samples share its read: the blocks held read here, the rest's GETs, every
+        shard's, in flight at once."""
+        from headrace.formats._object_files import wait_all
+        from headrace.io._ranges import merge_ranges
 
         queue = self._queue.get()
-
-        def one(s: int, idx: NDArray[np.intp]) -> None:
+        futures = []
+        started = []
+        for s, idx in groups:
             f = self._file_of[s]
-            c = coalesce(np.stack([begin[idx], length[idx]], axis=1))
+            # The samples' own bytes (not joined across gaps: a warm cache reads only
+            # them; the blocks the cache lacks are fetched a run of them a GET).
+            a = begin[idx].tolist()
+            spans = merge_ranges(zip(a, (begin[idx] + length[idx]).tolist(), strict=True))
             image = np.empty(self.files.sizes[f], np.uint8)  # pages touched only
-            fetch = self.files.fetch_ranges(f, queue, cache_block=CACHE_BLOCK)
-            fetch(list(zip(c.starts.tolist(), c.ends.tolist(), strict=True)), image)
+            pending, keep = self.files.start_blocks(f, queue, spans, image, CACHE_BLOCK)
+            futures += pending
+            started.append((idx, image, keep))
+        wait_all(futures)
+        for idx, image, keep in started:
+            keep()
             for i in idx.tolist():  # copies: the shard's image goes once the batch has them
                 out[i] = image[int(begin[i]) : int(begin[i] + length[i])].copy()
-
-        from headrace.io._batch import results
-        from headrace.io._pool import deep_io_pool
-
-        results([deep_io_pool().submit(one, s, idx) for s, idx in groups])
         return out
 
     def _read_local(

@@ -74,8 +74,9 @@ __all__ = ["CacheStats", "ObjectCache", "open_cache"]
 
 #: A whole entry read by ranges is checked against its checksum this much at a time.
 CHECK_PIECE = 1 << 20
-#: The whole entries a process remembers as checked (one past them is checked again).
-CHECKED = 4096
+#: The entries read by ranges a process remembers as checked (one past them is checked
+#: again): 2 GiB of 64 KiB blocks, ~5 MB of names.
+CHECKED = 1 << 15
 
 # Write errors after which this process stops trying.
 _STOP_WRITING = frozenset(
@@ -211,22 +212,32 @@ class ObjectCache:
         return True
 
     def read_ranges(
-        self, url: str, size: int, etag: str, spans: list[tuple[int, int]], out: NDArray[np.uint8]
+        self,
+        url: str,
+        size: int,
+        etag: str,
+        spans: list[tuple[int, int]],
+        out: NDArray[np.uint8],
+        offset: int = 0,
+        length: int = -1,
     ) -> bool:
         """Fill ``out[a:b]`` with the object's bytes ``[a, b)`` for each of ``spans``, from
-        its whole entry; ``False`` if there is no (good) entry (then read them from the
-        store). The entry's checksum covers all its bytes: it is read through once a
-        process, ``CHECK_PIECE`` at a time (nothing held), then only the spans are read."""
-        path = self.path(url, size, etag)
-        f = self._open(path, size)
+        its whole entry, or from the entry of its bytes ``[offset, offset + length)``
+        that holds the spans (a block); ``False`` if there is no (good) entry (then read
+        them from the store). The entry's checksum covers all its bytes: it is read
+        through once a process, ``CHECK_PIECE`` at a time (nothing held), then only the
+        spans are read."""
+        path = self.path(url, size, etag, offset, length)
+        want = size - offset if length < 0 else length
+        f = self._open(path, want)
         if f is None:
             return False
         with f:
             try:
-                if not self._checked_whole(path, f, size):
+                if not self._checked_whole(path, f, want):
                     return False
                 for a, b in spans:
-                    f.pread_into(out[a:b], a)
+                    f.pread_into(out[a:b], a - offset)
             except StorageError as exc:
                 self._failed("read", path, exc)
                 self._miss()

@@ -1,0 +1,95 @@
+"""A warm ``cache_dir``'s epoch of block entries: two source trees A/B/A/B.
+
+    python benchmarks/cache_blocks_ab.py --a /tmp/base/src --b src [--rounds 6]
+
+Writes 20,000 MDS samples of ~3 KB (``tokens``: 1,000-2,000 uint16 ids; ``id``) in
+40 uncompressed shards of 500, serves them as S3 objects (``_files_s3``, no added
+latency), fills a cache with one epoch (B=64, full shuffle), then runs a short child
+process per tree and round (A, B, then B, A next round), each reading one epoch from
+the warm cache after one untimed epoch (its interpreter and the page cache warm).
+Reports each side's median seconds an epoch, the median of the rounds' paired B/A
+ratios, the bytes each read from the cache's entries and each side's batch digest
+(which must agree).
+
+The figure in docs/files.md ("cache_dir") compares the tree before a change to how
+block entries are read (A) with the tree after it (B).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _files_s3 import files_s3, store_options
+from _trees_ab import tree_parser, tree_runs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _mds_files import write_mds  # the tests' writer of Streaming's format
+
+SAMPLES, PER_SHARD, BATCH = 20_000, 500, 64
+
+
+def epoch(endpoint: str, cache: Path) -> tuple[float, str, int]:
+    from headrace.formats import MDSSource
+    from headrace.pipeline import Loader
+    from headrace.testing import batch_digest
+
+    src = MDSSource("s3://bench/raw", store_options=store_options(endpoint), cache_dir=cache)
+    t0 = time.perf_counter()
+    with Loader(src, batch_size=BATCH, seed=1, steps=SAMPLES // BATCH) as loader:
+        digest = batch_digest(loader)
+    stats = src.cache_stats
+    assert stats is not None
+    return time.perf_counter() - t0, digest, stats.hit_bytes
+
+
+def main() -> None:
+    ap = tree_parser(__doc__)
+    ap.add_argument("--endpoint", default=None, help="(the child's: the server's)")
+    args = ap.parse_args()
+    if args.child:
+        epoch(args.endpoint, Path(args.child))  # untimed
+        seconds, digest, read = epoch(args.endpoint, Path(args.child))
+        print(json.dumps({"s": seconds, "digest": digest, "read": read}))
+        return
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1_000, 2_001, SAMPLES)
+    samples = [
+        {"id": k, "tokens": rng.integers(0, 50_000, n, dtype=np.uint16)}
+        for k, n in enumerate(lengths.tolist())
+    ]
+    with tempfile.TemporaryDirectory(prefix="headrace-blocks-ab-") as tmp:
+        root = Path(tmp)
+        write_mds(root / "data" / "raw", {"id": "int", "tokens": "ndarray:uint16"}, samples,
+                  per_shard=PER_SHARD)  # fmt: skip
+        with files_s3(str(root / "data")) as endpoint:
+            epoch(endpoint, root / "cache")  # fills the cache (this tree's)
+            s: dict[str, list[float]] = {"A": [], "B": []}
+            seen: dict[str, set[tuple[str, int]]] = {"A": set(), "B": set()}
+            passed = [str(root / "cache"), "--endpoint", endpoint]
+            for side, result in tree_runs(__file__, args, passed):
+                s[side].append(float(result["s"]))  # type: ignore[arg-type]
+                seen[side].add((str(result["digest"]), int(result["read"])))  # type: ignore[call-overload]
+    ratios = [b / a for a, b in zip(s["A"], s["B"], strict=True)]
+    print(f"{SAMPLES:,} samples in {SAMPLES // PER_SHARD} shards, warm cache, {args.rounds} rounds")
+    for side in ("A", "B"):
+        digests = {d[:12] for d, _ in seen[side]}
+        read = {r for _, r in seen[side]}
+        print(
+            f"{side}: median {statistics.median(s[side]):.3f} s an epoch, "
+            f"{sorted(read)} bytes from entries, digest {sorted(digests)}"
+        )
+    print(f"B/A paired: median {statistics.median(ratios):.3f}")
+    same = len({d for d, _ in seen["A"] | seen["B"]}) == 1
+    print(f"same batches on both sides: {same}")
+    if not same:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
