@@ -138,7 +138,6 @@ class MDSSource(Closing):
         mode = parse_shuffle(shuffle)
         if cache_dir is not None and not is_object_url(os.fspath(root)):
             raise local_cache_refused(f"{os.fspath(root)!r}", [os.path.join(root, INDEX)])
-        open_cache(cache_dir, cache_bytes)  # cache_bytes without cache_dir: refused here
         if window_rows is not None:
             check_window_rows(window_rows, "None: about 1 GiB of shards")
         if shard_cache_bytes is not None and (
