@@ -271,9 +271,10 @@ def test_cache_dir_keeps_what_is_read_and_a_rerun_reads_it_from_local_disk(
         assert copy.cache_stats is not None and copy.cache_stats.hits > 0
         copy.close()
     assert proxy.stats.faults == 0  # not one shard GET made
-    # Without the cache, the refusal is met, naming the shard.
-    with pytest.raises(StorageError, match=r"shard\.0000\d\.mds"):
-        _digest(_remote(s3, url, proxy.endpoint))
+    # Without the cache, or with an empty one, the refusal is met, naming the shard.
+    for kw in ({}, {"cache_dir": tmp_path / "empty"}):
+        with pytest.raises(StorageError, match=r"shard\.0000\d\.mds"):
+            _digest(_remote(s3, url, proxy.endpoint, **kw))
 
 
 def test_cache_dir_for_a_local_folder_is_refused(dataset: tuple[Path, str], tmp_path: Path) -> None:
