@@ -44,11 +44,11 @@ SHARDS, PER_SHARD = 16, 256
 class OneAfterAnother(MDSSource):
     """Side A: each shard's ranges by the engine, one shard after another."""
 
-    def _read_local(self, groups: Any, begin: Any, length: Any) -> Any:
+    def _read_local(self, groups: Any, begin: Any, length: Any, paced: bool = True) -> Any:  # noqa: ARG002
         reader = self._reader.get()
         return [
-            (idx, reader.read(path, np.stack([begin[idx], length[idx]], axis=1)))
-            for path, idx in groups
+            (idx, reader.read(self.files.name(f), np.stack([begin[idx], length[idx]], axis=1)))
+            for f, idx in groups
         ]
 
 

@@ -14,7 +14,8 @@ import os
 import time
 from typing import Any
 
-from headrace.formats._file_walk import _SLOW_STAT_S, pooled, stat_listed
+from headrace.formats._file_walk import _SLOW_STAT_S, stat_listed
+from headrace.formats._pace import pooled
 from headrace.io import deep_io_threads
 
 __all__ = ["STAT_NAMES", "line", "probe_stats"]

@@ -11,25 +11,21 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from headrace.errors import ConfigError, ObjectNotFoundError
+from headrace.formats._pace import Pace, quick_then_pooled
 from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.io import _in_flight as in_flight
-from headrace.io import deep_io_pool, deep_io_threads, open_error
+from headrace.io import open_error
 
 __all__ = [
-    "Pace",
     "Walked",
     "refuse_empty",
     "kind_of",
-    "pooled",
-    "quick_then_pooled",
     "refuse_special",
     "regular_stats",
     "stat_each",
@@ -138,79 +134,10 @@ def stat_listed(path: str) -> os.stat_result:
         in_flight.end(key)
 
 
-#: Items a batch holds; batches in flight at once on the deep I/O pool.
-_BATCH = 32
-_AHEAD = 256
 #: A batch's stats averaging longer than this (a network mount's, a cold disk's) send
 #: the rest to threads; quicker ones (served from memory: ~5 us) stay in this thread,
 #: where 64 threads contending for the GIL made a local listing 2.7x slower.
 _SLOW_STAT_S = 50e-6
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def quick_then_pooled(fn: Callable[[T], R], items: Sequence[T], slow_s: float) -> Iterator[R]:
-    """``fn`` of each of ``items``, in order: a batch at a time in this thread while a
-    batch averages under ``slow_s`` an item, and once one is slower, the rest many at a
-    time on the deep I/O pool (:func:`pooled`). What a storage round trip (a stat, an
-    open) costs decides where they run, not what they return; the first error in
-    ``items``' order is raised, as calls one after another would."""
-    return Pace(slow_s).map(fn, items)
-
-
-class Pace:
-    """Where a run of storage round trips goes (:func:`quick_then_pooled`): in this
-    thread while a batch (of ``batch`` items) averages under ``slow_s`` an item (plus
-    ``allow`` of each result: time its size accounts for), many at a time on the deep
-    I/O pool once one is slower, and from then on, over every later :meth:`map` (a
-    walk's next level of folders)."""
-
-    def __init__(
-        self, slow_s: float, allow: Callable[[Any], float] | None = None, batch: int = _BATCH
-    ) -> None:
-        self.slow_s = slow_s
-        self.allow = allow
-        self.batch = batch
-        self.slow = False
-
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
-        lo = 0
-        while lo < len(items) and not self.slow:
-            hi = min(len(items), lo + self.batch)
-            t0 = time.perf_counter()
-            batch = [fn(x) for x in items[lo:hi]]
-            budget = self.slow_s * (hi - lo)
-            if self.allow is not None:
-                budget += sum(map(self.allow, batch))
-            self.slow = time.perf_counter() - t0 > budget
-            yield from batch
-            lo = hi
-        if lo < len(items):
-            yield from pooled(fn, items, lo)
-
-
-def pooled(fn: Callable[[T], R], items: Sequence[T], lo: int = 0) -> Iterator[R]:
-    """``fn`` of each of ``items[lo:]``, in order, on the deep I/O pool: a batch a task,
-    up to ``_AHEAD`` tasks ahead; batches of ``_BATCH``, or fewer, so that a short list
-    still keeps every thread busy (96 files in batches of 32 were 3 stats in flight)."""
-    pool = deep_io_pool()
-    step = max(1, min(_BATCH, -(-(len(items) - lo) // deep_io_threads())))
-
-    def batch(at: int) -> list[R]:
-        return [fn(x) for x in items[at : at + step]]
-
-    ahead: deque[Future[list[R]]] = deque()
-    try:
-        for at in range(lo, len(items), step):
-            ahead.append(pool.submit(batch, at))
-            if len(ahead) >= _AHEAD:
-                yield from ahead.popleft().result()
-        while ahead:
-            yield from ahead.popleft().result()
-    finally:
-        for f in ahead:  # an error (or a caller that stopped): the rest is not needed
-            f.cancel()
 
 
 def stat_each(keys: Sequence[str], root: str = "") -> Iterator[os.stat_result]:
@@ -402,8 +329,7 @@ def _folders(top: str, fail: Callable[[OSError], None]) -> Iterator[_Listed]:
     so that a network mount's folders (ImageNet's 1,000) are listed many at once
     (:class:`Pace`). As :func:`os.walk`, the caller may take names out of ``dirs`` so
     that they are not walked; an error listing a folder goes to ``fail``."""
-    # Folders 4 at a time: 32 one after another would take 80 ms at 1 ms a round trip.
-    pace = Pace(_SLOW_FOLDER_S, _entries_s, batch=4)
+    pace = Pace(_SLOW_FOLDER_S, _entries_s)
     level = [top]
     while level:
         below: list[str] = []

@@ -51,6 +51,7 @@ from headrace.formats._mds_index import Column, MDSIndex, check_selected, decode
 from headrace.formats._mds_open import INDEX, open_mds, shard_files
 from headrace.formats._npy_ranges import CACHE_BLOCK
 from headrace.formats._object_files import DEFAULT_IN_FLIGHT, check_in_flight
+from headrace.formats._pace import Pace, pooled
 from headrace.formats._row_plan import (
     RowWindows,
     ShuffleMode,
@@ -62,6 +63,7 @@ from headrace.formats._row_plan import (
 from headrace.io import STRATEGIES, CacheStats, open_cache
 from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
+from headrace.io._pool import deep_io_pool, io_pool
 
 if TYPE_CHECKING:
     from headrace.io import ObjectCache, Strategy
@@ -69,6 +71,9 @@ if TYPE_CHECKING:
 __all__ = ["MDSSource", "MDSStats"]
 
 _U4 = np.dtype("<u4")
+#: A local shard's read slower than this, plus what its samples account for at a
+#: page-cache pace (``_read_s``), sends a batch's other shards to threads.
+_SLOW_SHARD_S = 150e-6
 #: The default window of ``shuffle="window"``: about this many bytes of shards (as
 #: decompressed), whatever the samples' size; the cache's default holds two.
 WINDOW_BYTES = 1 << 30
@@ -92,6 +97,12 @@ class MDSStats:
     unzipped_bytes: int = 0
     ahead: int = 0
     ahead_failed: int = 0
+
+
+def _read_s(got: tuple[NDArray[np.intp], list[NDArray[np.uint8]]]) -> float:
+    """What a local read of a shard's samples ``got`` may take from the page cache: 5 us
+    a sample and 1 us a KB."""
+    return 5e-6 * len(got[0]) + sum(g.nbytes for g in got[1]) / 1e9
 
 
 class MDSSource(Closing):
@@ -231,6 +242,10 @@ class MDSSource(Closing):
         self._lock = threading.Lock()
         self._queue = LazyQueue(self._in_flight, "headrace-mds")
         self._reader = LazyReader(self._reader_strategy)
+        # Where a read's shards go: one after another while quick, side by side once
+        # reads prove slow, until a read's quickest is quick again (Pace).
+        pool = io_pool if self._reader_strategy.startswith("odirect") else deep_io_pool
+        self._pace = Pace(_SLOW_SHARD_S, _read_s, pool=pool, recover=True)
         self.stats = MDSStats()
         self._share: tuple[float, float] | None = None  # this host's, once told
         self._order(args, warn=carried is None)
@@ -467,6 +482,7 @@ class MDSSource(Closing):
             n_,
             len(todo),
             held,
+            first=True,
         )
         tables = [self._check_offsets(s, g) for s, g in zip(todo, got, strict=True)]
         with self._lock:
@@ -530,10 +546,12 @@ class MDSSource(Closing):
         n: int,
         held: dict[int, NDArray[np.uint8]],
         whole: bool = False,
+        first: bool = False,
     ) -> list[NDArray[np.uint8]]:
         """Bytes ``[begin[i], begin[i] + length[i])`` of the shard of each group's ``i``:
         slices of its decompressed bytes where ``held`` has them, else read (``whole``:
-        each group's one range is all of its stored file, a compressed shard's)."""
+        each group's one range is all of its stored file, a compressed shard's;
+        ``first``: each shard's first read, its offsets table)."""
         out: list[NDArray[np.uint8]] = [np.empty(0, np.uint8)] * n
         stored = []
         for s, idx in groups:
@@ -548,7 +566,10 @@ class MDSSource(Closing):
             return out
         if not self.remote:
             for idx, got in self._read_local(
-                [(self._file_of[s], idx) for s, idx in groups], begin, length
+                [(self._file_of[s], idx) for s, idx in groups],
+                begin,
+                length,
+                paced=not (whole or first),
             ):
                 for i, g in zip(idx.tolist(), got, strict=True):
                     out[i] = g
@@ -629,12 +650,18 @@ class MDSSource(Closing):
         groups: list[tuple[int, NDArray[np.intp]]],
         begin: NDArray[np.int64],
         length: NDArray[np.int64],
+        paced: bool = True,
     ) -> list[tuple[NDArray[np.intp], list[NDArray[np.uint8]]]]:
         """Each file's ranges by the engine (coalesced), the files side by side: a batch
         touches a shard a sample or so under the global shuffle, and one shard after
-        another waited a mount's latency once a shard. The files' reads run on the pool
-        the engine's own reads do not use (O_DIRECT's deep pool, pread's I/O pool), so
-        no task waits on a task queued behind it.
+        another waited a mount's latency once a shard. ``paced``: one after another
+        while quick (a page-cache read, ~70 us a shard: 40 threads handing the GIL round
+        made a read of 64 samples 2x slower), side by side once reads prove slow, until
+        quick again (:class:`Pace`); a shard's first read (its open, its offsets table,
+        ~1 ms locally) and a compressed shard's whole file always go side by side, and
+        do not count. The files' reads run on the pool the engine's own reads do not use
+        (O_DIRECT's deep pool, pread's I/O pool), so no task waits on a task queued
+        behind it.
 
         Each file's bytes are then checked to be the version listed (size, device,
         inode, mtime), as a local FileSource checks its fetches: a shard rewritten in
@@ -652,13 +679,9 @@ class MDSSource(Closing):
             files.check_listed(f, reader.file(path).fd)
             return idx, got
 
-        if len(groups) == 1:
-            return [one(*groups[0])]
-        from headrace.io._batch import results
-        from headrace.io._pool import deep_io_pool, io_pool
-
-        pool = io_pool() if self._reader_strategy.startswith("odirect") else deep_io_pool()
-        return results([pool.submit(one, f, idx) for f, idx in groups])
+        if paced:
+            return list(self._pace.map(lambda group: one(*group), groups))
+        return list(pooled(lambda group: one(*group), groups, 0, self._pace.pool()))
 
     # -- compressed shards ----------------------------------------------------------
 

@@ -20,8 +20,8 @@ from numpy.typing import DTypeLike
 
 from headrace.errors import ConfigError, DataError, ObjectNotFoundError, StorageError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._file_walk import quick_then_pooled
 from headrace.formats._object_files import ObjectFiles
+from headrace.formats._pace import quick_then_pooled
 from headrace.formats._token_listing import list_shards
 from headrace.formats._tokens import (
     TokenFile,
