@@ -134,7 +134,7 @@ def stat_listed(path: str) -> os.stat_result:
         in_flight.end(key)
 
 
-#: A batch's stats averaging longer than this (a network mount's, a cold disk's) send
+#: Stats longer than this, four in a row (a network mount's, a cold disk's), send
 #: the rest to threads; quicker ones (served from memory: ~5 us) stay in this thread,
 #: where 64 threads contending for the GIL made a local listing 2.7x slower.
 _SLOW_STAT_S = 50e-6
