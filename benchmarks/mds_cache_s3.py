@@ -30,7 +30,6 @@ hides most round trips), within 2x of ``local``; ``cache-cold`` within 0.8x of
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 from _files_s3 import files_s3, store_options
 from _out import out
+from object_cache import run_sides
 
 from headrace.emulate import LatencyProxy
 from headrace.formats import MDSSource
@@ -51,7 +51,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _mds_files import write_mds  # the tests' writer of Streaming's format
 
 PER_SHARD, BATCH = 500, 64
-SIDES = ("store", "cache-cold", "cache-warm", "local")
 COLUMNS = {"id": "int", "tokens": "ndarray:uint16"}
 
 
@@ -92,15 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                         kw["cache_dir"] = root / f"warm-{codec}"
                     return MDSSource(f"s3://bench/{codec}", **kw)
 
-                _epoch(make("cache-warm", -1), steps)  # fills the warm cache
-                runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
-                for t in range(a.trials):
-                    for side in SIDES if t % 2 == 0 else SIDES[::-1]:
-                        proxy.reset_stats()
-                        r = _epoch(make(side, t), steps)
-                        r["gets"] = proxy.stats.requests
-                        runs[side].append(r)
-                        shutil.rmtree(root / f"cold-{codec}-{t}", ignore_errors=True)
+                def cold(t: int, codec: str = codec) -> Path:
+                    return root / f"cold-{codec}-{t}"
+
+                runs = run_sides(make, lambda src: _epoch(src, steps), proxy, a.trials, cold)
                 ok &= _report(codec, stored, a, runs)
     return 0 if ok else 1
 

@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +86,13 @@ def main(argv: list[str] | None = None) -> int:
                         kw["cache_dir"] = root / "warm"
                     return FileSource(f"s3://{BUCKET}/jpeg", store_options=opts, **common, **kw)
 
-                _epoch(make("cache-warm", -1), steps)  # fills the warm cache
-                runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
-                for t in range(a.trials):
-                    for side in SIDES if t % 2 == 0 else SIDES[::-1]:
-                        proxy.reset_stats()
-                        r = _epoch(make(side, t), steps)
-                        r["gets"] = proxy.stats.requests
-                        runs[side].append(r)
-                        shutil.rmtree(root / f"cold-{t}", ignore_errors=True)
+                runs = run_sides(
+                    make,
+                    lambda src: _epoch(src, steps),
+                    proxy,
+                    a.trials,
+                    lambda t: root / f"cold-{t}",
+                )
     out(
         f"{a.files} JPEGs ({mb:.1f} MB), {a.latency_ms:g} ms per request, {a.in_flight} in "
         f"flight, batch {BATCH}, {'raw bytes' if a.raw else 'decoded'}, {a.trials} trials "
@@ -129,6 +128,29 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         a.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if len(digests) == 1 else 1
+
+
+def run_sides(
+    make: Callable[[str, int], Any],
+    epoch: Callable[[Any], dict[str, Any]],
+    proxy: LatencyProxy,
+    trials: int,
+    cold: Callable[[int], Path],
+) -> dict[str, list[dict[str, Any]]]:
+    """Each side's epochs (``epoch`` of ``make(side, trial)``, the GETs through ``proxy``
+    added), trial after trial in alternating order (A B C D, D C B A, ...), after an
+    epoch that fills the warm cache; ``cold(trial)``, the trial's empty cache, is
+    removed after it."""
+    epoch(make("cache-warm", -1))  # fills the warm cache
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+    for t in range(trials):
+        for side in SIDES if t % 2 == 0 else SIDES[::-1]:
+            proxy.reset_stats()
+            r = epoch(make(side, t))
+            r["gets"] = proxy.stats.requests
+            runs[side].append(r)
+            shutil.rmtree(cold(t), ignore_errors=True)
+    return runs
 
 
 def _epoch(src: FileSource, steps: int) -> dict[str, Any]:
