@@ -255,7 +255,9 @@ def test_a_missing_index_or_shard_is_named(tmp_path: Path) -> None:
         MDSSource(tmp_path)
     paths = write_mds(tmp_path, {"a": "int"}, [{"a": k} for k in range(4)], per_shard=2)
     paths[1].unlink()
-    with pytest.raises(ObjectNotFoundError, match=r"shard.00001.mds"):
+    with pytest.raises(
+        ObjectNotFoundError, match=r"lists 1 shard\(s\) not stored there: shard.00001.mds \("
+    ):
         MDSSource(tmp_path)
     (tmp_path / "index.json").write_text("{not json")
     with pytest.raises(FormatError, match=r"index\.json: not JSON"):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from _mds_files import write_mds
-from headrace.errors import ConfigError, FormatError, ReadEOFError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import MDSSource, _mds_open
 from headrace.formats._mds_cache import ShardCache
 from headrace.pipeline import Loader
@@ -411,6 +411,19 @@ def test_a_streaming_cache_folder_reads_its_decompressed_shards(
         mp.setattr(_mds_open.os, "listdir", unlisted)
         with MDSSource(root) as src:
             assert _digest(src) == digest and src.stats.unzipped == 8
+    # A shard stored neither way (a cache that has not downloaded it) is named both
+    # ways; before, "no such file: shard.00005.mds.gz; did you mean 'shard.00006.mds'?"
+    # pointed at another shard.
+    (root / "shard.00005.mds").rename(tmp_path / "away")
+    for p in paths:
+        p.unlink(missing_ok=True)
+    with pytest.raises(
+        ObjectNotFoundError,
+        match=r"lists 1 shard\(s\) not stored there: shard\.00005\.mds\.gz \(or "
+        r"decompressed, shard\.00005\.mds\) \(a Streaming cache folder holds only",
+    ):
+        MDSSource(root)
+    (tmp_path / "away").rename(root / "shard.00005.mds")
     # A decompressed file cut short is refused by name, as any shard's.
     cut = root / "shard.00003.mds"
     cut.write_bytes(cut.read_bytes()[:-5])

@@ -49,7 +49,10 @@ def open_mds(
             raise StorageError(f"{where}: {exc.strerror or exc}") from exc
         index = parse_index(data, where)
         _refuse_repeats(index, where)
-        index = read_from(index, _stored_raw(root, index))
+        stored = _stored(root, index)
+        index = read_from(index, stored or ())
+        if stored is not None:
+            _refuse_missing(root, index, stored)
         return index, list_files([os.path.join(root, s.basename) for s in index.shards])
     from headrace.formats._file_list_objects import remote_list
     from headrace.io import ObjectStore
@@ -71,11 +74,7 @@ def open_mds(
         _refuse_repeats(index, where)
         listed = dict(store.list_info())
         index = read_from(index, listed)
-        missing = [s.basename for s in index.shards if s.basename not in listed]
-        if missing:
-            raise ObjectNotFoundError(
-                f"{root}: index.json lists {len(missing)} shard(s) not stored there: {missing[:3]}"
-            )
+        _refuse_missing(root, index, listed)
         rows = [
             (s.basename, listed[s.basename].size, listed[s.basename].etag) for s in index.shards
         ]
@@ -101,20 +100,41 @@ def read_from(index: MDSIndex, stored: Container[str]) -> MDSIndex:
     return replace(index, shards=shards)
 
 
-def _stored_raw(root: str, index: MDSIndex) -> set[str]:
-    """The compressed shards' decompressed files stored under ``root``: a listing of each
-    folder that would hold one (one READDIR, not a stat a shard). A folder that cannot
-    be listed (no read permission: its files may still be opened by name) holds none,
-    and its compressed files are read."""
-    names = [s.raw_name for s in index.shards if s.codec and s.raw_name is not None]
+def _stored(root: str, index: MDSIndex) -> set[str] | None:
+    """The files stored in the folders under ``root`` that would hold the index's shards
+    (compressed or decompressed): one READDIR a folder, not a stat a shard. ``None``
+    where a folder cannot be listed (no read permission: its files may still be opened
+    by name; the shards named are then read as stored, compressed where so)."""
+    names = [s.basename for s in index.shards]
+    names += [s.raw_name for s in index.shards if s.raw_name is not None]
     stored: set[str] = set()
     for folder in sorted({os.path.dirname(n) for n in names}):
         try:
             entries = os.listdir(os.path.join(root, folder))
+        except FileNotFoundError:
+            continue  # no shard there: each is missing
         except OSError:
-            continue
+            return None
         stored.update(os.path.join(folder, e) if folder else e for e in entries)
     return stored
+
+
+def _refuse_missing(root: str, index: MDSIndex, stored: Container[str]) -> None:
+    """Refuse an index that lists shards not ``stored``, naming them: a compressed one by
+    both its files (a Streaming cache folder holds the shards it has downloaded)."""
+    missing = [s for s in index.shards if s.basename not in stored]
+    if not missing:
+        return
+    named = [
+        f"{s.basename} (or decompressed, {s.raw_name})" if s.codec and s.raw_name else s.basename
+        for s in missing[:3]
+    ]
+    raise ObjectNotFoundError(
+        f"{root}: index.json lists {len(missing)} shard(s) not stored there: "
+        f"{', '.join(named)}{', ...' if len(missing) > 3 else ''} (a Streaming cache folder "
+        "holds only the shards it has downloaded: read the remote dataset, or let Streaming "
+        "fetch every shard)"
+    )
 
 
 def _refuse_repeats(index: MDSIndex, where: str) -> None:
