@@ -641,8 +641,9 @@ class MDSSource(Closing):
         wait_all(futures)
         for idx, image, keep in started:
             keep()
-            for i in idx.tolist():  # copies: the shard's image goes once the batch has them
-                out[i] = image[int(begin[i]) : int(begin[i] + length[i])].copy()
+            for i in idx.tolist():  # views, as the GETs' buffers' below (pages not read
+                # or fetched take no memory); a batch's stacking copies them once
+                out[i] = image[int(begin[i]) : int(begin[i] + length[i])]
         return out
 
     def _read_local(

@@ -33,7 +33,7 @@ from headrace.io._daemon_pool import one_call_pool
 
 __all__ = ["check_files", "check_positions", "describe_files"]
 
-#: Local token files' opens averaging longer than this send the rest to threads.
+#: Local token files' opens longer than this, four in a row, send the rest to threads.
 _SLOW_OPEN_S = 1e-3
 
 
