@@ -224,8 +224,9 @@ def _resolve(
         matched: set[str] = set()
         for p in _path_list(path):
             text = os.fspath(p)
-            if local_pattern(text):
-                found = _matches(text)
+            pattern = local_pattern(text)
+            if pattern is not None:
+                found = _matches(text, pattern)
                 files += found
                 matched.update(found)
             else:
@@ -240,11 +241,12 @@ def _resolve(
             _refuse_delta_above([f for f in files if f in matched])
         return os.path.commonpath([os.path.abspath(f) for f in files]), files
     root = os.fspath(path)
-    if local_pattern(root):
+    pattern = local_pattern(root)
+    if pattern is not None:
         # The folder above the first wildcard, as on object storage (_url_glob): the
         # files' names in the fingerprint are relative to it, so a state saved on
         # local files resumes on their copy in a bucket.
-        found = _matches(root)
+        found = _matches(root, pattern)
         files = _regular(found, set(found))
         if not files:  # folders only
             raise FormatError(f"{root}: no files match{ESCAPE_HINT}")
@@ -316,11 +318,10 @@ def _resolve(
     return root, folder_files(root, _regular_names(root), os.sep)
 
 
-def _matches(given: str) -> list[str]:
-    """What the pattern ``given`` matches, sorted (folders too: :func:`_regular` leaves
-    them out); one that matches nothing is refused."""
-    pattern = local_pattern(given)
-    assert pattern is not None
+def _matches(given: str, pattern: str) -> list[str]:
+    """What ``pattern`` (``given``, escaped by :func:`local_pattern`) matches, sorted
+    (folders too: :func:`_regular` leaves them out); one that matches nothing is
+    refused, naming ``given``."""
     found = sorted(glob.glob(pattern, recursive=True))
     if not found:
         raise FormatError(f"{given}: no files match{ESCAPE_HINT}")
