@@ -109,3 +109,19 @@ def test_the_size_is_checked(tmp_path: Path) -> None:
     _write(tmp_path, "gzip", files=1)
     with pytest.raises(ConfigError, match=r"hdf5_local_ranges_above must be a size in bytes"):
         _source(tmp_path, hdf5_local_ranges_above=-1)
+
+
+def test_big_endian_datasets_give_native_batches_as_when_stacked(tmp_path: Path) -> None:
+    # h5py gives a '>f4' dataset's rows as '>f4'; a batch stacked a sample at a time
+    # was native float32 (np.stack's), and so is one gathered a file at a time.
+    for i in range(3):
+        with h5py.File(tmp_path / f"{i}.h5", "w") as f:
+            f.create_dataset("x", data=np.arange(36, dtype=">f4").reshape(12, 3) + 100 * i)
+    kw: dict[str, Any] = {"format": "hdf5", "datasets": ("x",), "samples_per_file": 12}
+    ranged = FileSource(tmp_path, shuffle="samples", **kw)
+    whole = FileSource(tmp_path, shuffle="samples", mode="map-style", **kw)
+    got, want = ranged.read(2, np.arange(36)), whole.read(2, np.arange(36))
+    assert got["x"].dtype.str == want["x"].dtype.str == "<f4"
+    assert batch_digest([got]) == batch_digest([want])
+    ranged.close()
+    whole.close()

@@ -87,6 +87,42 @@ def test_npy_variants_read_by_rows_give_the_whole_files_batches(
     whole.close()
 
 
+MIXED: dict[str, list[Any]] = {
+    # Another dtype, or another row shape, in one file: a ragged batch, as before.
+    "dtypes": [np.zeros((12, 3), "<f4"), np.ones((12, 3), "<f8"), np.ones((12, 3), "<f4")],
+    "shapes": [np.zeros((12, 3), "<f4"), np.ones((12, 4), "<f4"), np.ones((12, 3), "<f4")],
+    # Both byte orders of float32, or big-endian only: one native float32 batch (np.stack's).
+    "big-endian": [
+        np.arange(36, dtype=">f4").reshape(12, 3),
+        -np.arange(36, dtype=">f4").reshape(12, 3),
+    ],
+    "byte orders": [
+        np.arange(36, dtype="<f4").reshape(12, 3),
+        -np.arange(36, dtype=">f4").reshape(12, 3),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_files_that_disagree_give_the_batches_picked_a_sample_at_a_time(
+    tmp_path: Path, name: str
+) -> None:
+    # A read gathers each key from its files at once where they agree; where they do
+    # not, the batch is the one stacked a sample at a time (map-style's, here).
+    for i, a in enumerate(MIXED[name]):
+        _save(tmp_path / f"{i}.npy", a)
+    ranged, whole = _pair(tmp_path)
+    everything = np.arange(sum(len(a) for a in MIXED[name]))
+    got, want = ranged.read(1, everything), whole.read(1, everything)
+    assert batch_digest([got]) == batch_digest([want])
+    ragged = name in ("dtypes", "shapes")
+    assert (got["data"].dtype == object) == ragged
+    if not ragged:
+        assert got["data"].dtype == np.dtype("=f4")
+    ranged.close()
+    whole.close()
+
+
 def test_a_guess_from_a_file_of_the_same_size_that_proves_wrong(tmp_path: Path) -> None:
     # Same size, same header length, other rows: (16, 8) and (8, 16) float32. The first
     # file's layout is the guess for the second; its header corrects it.

@@ -173,6 +173,52 @@ class FileDecoder:
 
         return self._checked(pick)
 
+    def gather(
+        self,
+        decoded: dict[int, Sample | DataError],
+        files: NDArray[np.int64],
+        items: NDArray[np.int64],
+        rows: dict[int, NDArray[np.int64]] | None,
+    ) -> dict[str, NDArray[Any]] | None:
+        """The batch's arrays for samples ``(files, items)``, each key's gathered from
+        the files' decoded arrays by one indexed copy a file, as :meth:`pick_checked`
+        then :func:`stack_samples` would make them; ``None`` where those must (a file
+        whose decode failed, an array of another leading length, shape or dtype than
+        the first file's: their errors, or a ragged batch; object arrays, whose items
+        may be arrays), and for files of one sample each (the file is the sample).
+        Picking a sample at a time cost ~8 us of Python a sample (a file name, a
+        search, a dict), 50% of the Python of a read of 4 KB NPY rows."""
+        first = decoded[int(files[0])]
+        if isinstance(first, DataError):
+            return None
+        out: dict[str, NDArray[Any]] = {}
+        parts: dict[str, list[tuple[NDArray[np.intp], NDArray[Any]]]] = {k: [] for k in first}
+        for f, arrays in decoded.items():
+            if isinstance(arrays, DataError):
+                return None
+            n = len(rows[f]) if rows is not None else self.plan.count(f)
+            if n == 1 and rows is None and not self.counted:
+                return None  # the file is the sample: no leading axis to pick from
+            at = np.flatnonzero(files == f)  # (decoded: this read's files only)
+            picks = items[at] if rows is None else np.searchsorted(rows[f], items[at])
+            for k, a in arrays.items():
+                if not isinstance(a, np.ndarray) or a.ndim == 0 or a.shape[0] != n:
+                    return None
+                if a.dtype.hasobject:  # (an item may be an array of its own, or ragged)
+                    return None
+                parts[k].append((at, a[picks]))
+        for k, got in parts.items():
+            like = got[0][1]
+            if any(g.shape[1:] != like.shape[1:] or g.dtype != like.dtype for _, g in got):
+                return None
+            if not like.dtype.isnative:  # (np.stack makes it native; decoders already do)
+                return None
+            batch = np.empty((len(files), *like.shape[1:]), like.dtype)
+            for at, g in got:
+                batch[at] = g
+            out[k] = batch
+        return out
+
     def _checked(self, fn: Callable[[], Sample]) -> Sample | DataError:
         """``fn()``; with ``on_corrupt="replace"``, a data error it raises is returned."""
         try:

@@ -558,6 +558,10 @@ class FileSource(Closing):
             else:
                 want = self._rows_wanted(files, items)
                 decoded = d.fetch_and_decode(order, rows=want)
+                gathered = d.gather(decoded, files, items, want)
+                if gathered is not None:
+                    self._count_read(files, self.window.stats)
+                    return self.labelled({"index": index, **gathered})
                 picked = [
                     d.pick_checked(decoded[f], f, i, rows=None if want is None else want[f])
                     for f, i in pairs
