@@ -3,6 +3,7 @@ read asks are read (formats/_npy_ranges.py), and the batches are those of whole 
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from headrace.errors import ConfigError, FormatError, StorageError
 from headrace.formats import FileSource
+from headrace.io._resident import drop_pages, resident_ranges
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
 
@@ -117,6 +119,13 @@ def test_files_that_disagree_give_the_batches_picked_a_sample_at_a_time(
     assert batch_digest([got]) == batch_digest([want])
     ragged = name in ("dtypes", "shapes")
     assert (got["data"].dtype == object) == ragged
+    # A ragged batch's rows are copies, not views of a file's map (its owner may
+    # truncate the file under a batch a model still holds: SIGBUS).
+    for row in got["data"] if ragged else [got["data"]]:
+        owner = row
+        while isinstance(owner, (np.ndarray, memoryview)):
+            owner = owner.base if isinstance(owner, np.ndarray) else owner.obj
+        assert not isinstance(owner, mmap.mmap)
     if not ragged:
         assert got["data"].dtype == np.dtype("=f4")
     ranged.close()
@@ -137,6 +146,36 @@ def test_a_guess_from_a_file_of_the_same_size_that_proves_wrong(tmp_path: Path) 
         want = np.load(tmp_path / src.files.keys[int(f[0])])[int(i[0])]
         np.testing.assert_array_equal(b["data"][0], want)
     src.close()
+
+
+def test_files_in_memory_are_read_through_maps_and_others_by_pread(tmp_path: Path) -> None:
+    # Rows whose pages are in memory are copied from a map of the file; a file out of
+    # memory is read by pread (a map would fault its pages in one at a time). The same
+    # batches either way.
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 64, 64), dtype=np.float32))
+    ranged, whole = _pair(tmp_path, samples_per_file=16)
+    assert _digest(ranged) == _digest(whole)
+    assert ranged._by_rows is not None and ranged._by_rows.mapped > 0  # just written
+    want = whole.read(3, np.arange(8))
+    for p in tmp_path.iterdir():
+        drop_pages(p)
+    with open(tmp_path / "0.npy", "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = np.frombuffer(m, np.uint8)
+        if resident_ranges(view.ctypes.data, np.array([4096]), np.array([4096]))[0]:
+            pytest.skip("this filesystem keeps its pages in memory (tmpfs?)")
+        del view
+        m.close()
+    cold = FileSource(
+        tmp_path, format="npy", samples_per_file=16, shuffle="samples", npy_ranges_above=0
+    )
+    got = cold.read(3, np.arange(8))
+    assert cold._by_rows is not None and cold._by_rows.mapped == 0
+    assert batch_digest([got]) == batch_digest([want])
+    for s in (ranged, whole, cold):
+        s.close()
 
 
 def test_resume_is_exact_reading_by_rows(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from headrace.formats._file_samples import Sample, decode_file, pick_item
 from headrace.formats._file_window import FetchWindow
 from headrace.formats._files import FileFormat
 from headrace.formats._image_slots import ImageSlots, image_layout
-from headrace.formats._sparse import SparseImage
+from headrace.formats._sparse import MappedImage, SparseImage
 from headrace.formats._tar_ranges import TarImage, TarIndexes
 from headrace.io import usable_cpus
 from headrace.io._daemon_pool import DaemonPool
@@ -115,6 +115,14 @@ class FileDecoder:
             tar_index=index,
             verify=c.verify,
         )
+        if isinstance(data, MappedImage):
+            # Copies, not views of the map (a batch must not hold a file's pages), of
+            # the version listed (rewritten in place during the copy: refused).
+            mapped = data.buffer
+            sample = {
+                k: v.copy() if np.may_share_memory(v, mapped) else v for k, v in sample.items()
+            }
+            data.check()
         if isinstance(data, SparseImage):  # it grew: the chunks above, or h5py's own reads
             self.window.recount(f)
         keys = sorted(sample)

@@ -283,6 +283,22 @@ class FileList:
 
         return fetch
 
+    def local_map(self, i: int) -> LocalFile | None:
+        """Local file ``i`` opened and mapped, checked to be the version listed (see
+        :meth:`check_listed`); ``None`` where a map would not serve: on a network or
+        FUSE mount (a page the storage fails to read is SIGBUS there, and each page
+        a round trip), a filesystem that cannot map, an empty file."""
+        f = _listed(self.name(i))
+        try:
+            if f.size == 0 or f.network or not f.mappable:
+                f.close()
+                return None
+            self.check_listed(i, f.fd)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
     def check_listed(self, i: int, fd: int) -> None:
         """Refuse bytes just read from ``fd``, local file ``i``'s descriptor, unless the
         file is the version listed: its size, device, inode and mtime (see

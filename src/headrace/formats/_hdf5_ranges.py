@@ -70,18 +70,23 @@ class _Data:
     total: int = 0
 
     def spans(self, rows: NDArray[np.int64]) -> list[Span]:
+        starts, ends = self.span_arrays(rows)
+        return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+    def span_arrays(self, rows: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """:meth:`spans` as arrays of starts and ends."""
         if self.chunk_rows is not None:
             assert self.chunk_at is not None and self.chunk_size is not None
             firsts = np.unique(rows // self.rows_per_chunk * self.rows_per_chunk)
             hit = np.isin(self.chunk_rows, firsts)
             at, size = self.chunk_at[hit], self.chunk_size[hit]
-            return list(zip(at.tolist(), (at + size).tolist(), strict=True))
+            return at, at + size
         if self.offset is None:
-            return []
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         if not self.row_bytes:  # a scalar, or no rows: the whole block
-            return [(self.offset, self.offset + self.total)]
+            return np.array([self.offset]), np.array([self.offset + self.total])
         starts = self.offset + np.unique(rows) * self.row_bytes
-        return list(zip(starts.tolist(), (starts + self.row_bytes).tolist(), strict=True))
+        return starts, starts + self.row_bytes
 
 
 def contiguous_rows(offset: int, row_bytes: int, rows: int) -> _Data:
@@ -106,6 +111,13 @@ class FileLayout:
             if d is not None:
                 out.extend(d.spans(rows))
         return out
+
+    def span_arrays(self, rows: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The metadata ranges and :meth:`spans`, as arrays of starts and ends."""
+        parts = [d.span_arrays(rows) for d in self.data.values() if d is not None]
+        meta = np.array(self.metadata, np.int64).reshape(-1, 2)
+        starts = np.concatenate([meta[:, 0], *(a for a, _ in parts)])
+        return starts, np.concatenate([meta[:, 1], *(b for _, b in parts)])
 
     @property
     def nbytes(self) -> int:

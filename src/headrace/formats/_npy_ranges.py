@@ -10,7 +10,9 @@ header and the rows asked are read: neighbours within 64 KiB joined (the I/O
 engine's gap), locally a ``pread`` each on the window's thread (``in_flight``
 files at once; O_DIRECT through :class:`~headrace.io.RangeReader`), each read
 checked against the file's listed size and version; on object storage by ranged
-GETs all in flight at once (each checked against the listed size and ETag).
+GETs all in flight at once (each checked against the listed size and ETag). A
+local file whose header and rows asked are all in memory is read through a map of
+it instead (:meth:`RangedNpy._mapped`): the decode copies the rows from the page cache.
 The bytes of a row are the file's, so batches are those of whole files. Files
 under ``above`` bytes (``npy_ranges_above``: 1 MiB locally, 8 MiB on object
 storage) are read whole: there a read by rows cost more than the bytes it saved.
@@ -42,7 +44,7 @@ from headrace.errors import FormatError
 from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
 from headrace.formats._lazy_queue import LazyQueue, LazyReader
 from headrace.formats._npy import NPY_HEAD, npy_header
-from headrace.formats._sparse import SparseImage
+from headrace.formats._sparse import MappedImage, SparseImage
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList, LocalRead
@@ -53,6 +55,10 @@ __all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "Held", "npy_layout"]
 HEAD_BYTES = 16 << 20
 #: The file sizes whose last layout a source keeps as a guess (about 200 bytes each).
 GUESSES = 1 << 16
+#: A local file whose rows are not known when it is opened (they are asked by the
+#: decode) is read through a map if all of it is in memory, up to this size (a
+#: ``mincore`` call costs ~50 ns a page); larger ones are read by ``pread``.
+WHOLE_RESIDENT = 16 << 20
 #: With ``cache_dir``, an object's rows are kept as the 64 KiB blocks they touch (the
 #: I/O engine's gap: the bytes a joined GET may hold between two rows anyway), so a
 #: row is found again whatever rows share its read (see ``FileList.fetch_ranges``).
@@ -128,6 +134,8 @@ class RangedNpy:
         self._by_size: dict[int, Rows] = {}  # the last layout seen for a file size
         self._queue = LazyQueue(in_flight, "headrace-npy-rows")
         self._reader = LazyReader(local_read)
+        #: Images of local files read through a map (the others: by ``pread``).
+        self.mapped = 0
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
@@ -138,6 +146,10 @@ class RangedNpy:
         decode's :meth:`SparseImage.want` fetches the rows it then asks)."""
         files = self._files()
         size, name = files.sizes[f], files.name(f)
+        if not files.remote and self._local_read != "odirect":
+            mapped = self._mapped(f, rows)
+            if mapped is not None:
+                return mapped
         if files.remote:
             fetch = files.fetch_ranges(f, self._queue.get(), cache_block=CACHE_BLOCK)
         else:
@@ -180,6 +192,44 @@ class RangedNpy:
             image.want(want)
         self._keep(f, image.take([(0, layout[0] if layout else min(NPY_HEAD, size))]), layout, size)
         return image
+
+    def _mapped(self, f: int, rows: NDArray[np.int64] | None) -> MappedImage | None:
+        """Local file ``f`` through a map of it, where the pages of its header and of
+        rows ``rows`` (``None``: not known yet; then the whole file, if at most
+        ``WHOLE_RESIDENT`` bytes) are all in memory now (``mincore``): the decode
+        copies the rows from the page cache, with no ``pread`` into a buffer of the
+        file's size whose pages fault in first, and one copy fewer. ``None``
+        otherwise, where rows are read by ``pread``: a file not in memory (pages a
+        map faults in are read one at a time, and by the decode's threads, not the
+        window's), on a network or FUSE mount, or whose header is not rows of bytes.
+        An epoch of 16,000 rows of 4 KB from 16 files in the page cache, against the
+        tree before this and the gather by file (FileDecoder.gather): 0.345 -> 0.211 s
+        (0.278 with the gather alone); with the pages dropped first, 0.474 -> 0.457 s."""
+        files = self._files()
+        if rows is None and files.sizes[f] > WHOLE_RESIDENT:
+            return None
+        file = files.local_map(f)
+        if file is None:
+            return None
+        image = MappedImage(file, files.name(f), lambda fd: files.check_listed(f, fd))
+        with self._lock:
+            kept = self._heads.get(f)
+        layout = kept[1] if kept is not None else _rows_of(image.at, image.name, image.size)
+        if layout is not None:
+            image.layout = _layout(layout)
+            if rows is None:
+                starts, ends = np.zeros(1, np.int64), np.full(1, image.size, np.int64)
+            else:
+                starts, ends = image.layout.span_arrays(rows)
+            if file.resident(starts, ends - starts).all():
+                if kept is None:
+                    self._keep(f, image.take([(0, layout[0])]), layout, image.size)
+                with self._lock:
+                    self.mapped += 1
+                return image  # (the decode's want checks the file, then counts the rows)
+        del image  # (its view of the map: else the close leaves it mapped)
+        file.close()
+        return None
 
     def seed(self, heads: Mapping[int, bytes]) -> None:
         """Keep headers read before (by ``samples_per_file="header"``'s count: file ->

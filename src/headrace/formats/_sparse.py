@@ -24,8 +24,9 @@ from headrace.io._ranges import merge_ranges
 
 if TYPE_CHECKING:
     from headrace.formats._hdf5_ranges import FileLayout
+    from headrace.io import LocalFile
 
-__all__ = ["BLOCK", "MAX_GAP", "WALK_CAP", "WALK_SKIP", "SparseImage", "Span"]
+__all__ = ["BLOCK", "MAX_GAP", "WALK_CAP", "WALK_SKIP", "MappedImage", "SparseImage", "Span"]
 
 #: The least a read on demand fetches: parsers read headers in pieces of 8 to 600
 #: bytes (HDF5 metadata, a zip directory), most of them near each other.
@@ -69,7 +70,12 @@ class SparseImage(SeekableFile):
     """
 
     def __init__(
-        self, size: int, fetch: Callable[[list[Span], NDArray[np.uint8]], None], name: str
+        self,
+        size: int,
+        fetch: Callable[[list[Span], NDArray[np.uint8]], None],
+        name: str,
+        *,
+        mapped: NDArray[np.uint8] | None = None,
     ) -> None:
         super().__init__(size)
         self.name = name
@@ -82,7 +88,9 @@ class SparseImage(SeekableFile):
         # every core that runs one of them (a TLB shootdown), and counting 2,000 NPY
         # headers (16 threads) took twice as long with a mapping for each file.
         self._map: mmap.mmap | None = None
-        if size <= HEAP_BYTES:
+        if mapped is not None:  # the whole file's bytes (a MappedImage's)
+            self._buf = mapped
+        elif size <= HEAP_BYTES:
             self._buf = np.zeros(size, np.uint8)
         else:
             flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE
@@ -242,3 +250,57 @@ class SparseImage(SeekableFile):
         out[: b - a] = self._buf[a:b].data
         self._pos = b
         return b - a
+
+
+def _in_map(spans: list[Span], buf: NDArray[np.uint8]) -> None:
+    """A mapped image's fetch, never called (its bytes are in the map: its fill counts)."""
+
+
+class MappedImage(SparseImage):
+    """A local file's image through a read-only map of it (``file``, kept open while
+    the image lives): every byte is there, nothing is fetched; :meth:`fill` counts the
+    bytes a read asks (``nbytes``: the header and the rows, each time they are asked),
+    which the decode copies from the map, from the page cache where their pages are
+    (files are mapped only where the pages a read asks are: see
+    :class:`~headrace.formats._npy_ranges.RangedNpy`).
+
+    ``check(fd)`` raises unless the file is still the version listed (its size,
+    device, inode and mtime). :meth:`want` calls it before the decode reads the map
+    (a file shrunk under a map is SIGBUS at the read, where a ``pread`` returned
+    short), and the decoder after (a rewrite in place during the read, as a
+    ``pread``'s check after it catches), copying out what the decode left as views
+    of the map (a batch must not hold a file's pages: its owner may truncate it).
+    """
+
+    def __init__(self, file: LocalFile, name: str, check: Callable[[int], None]) -> None:
+        view = np.frombuffer(file.mapped, np.uint8)
+        super().__init__(file.size, _in_map, name, mapped=view)
+        self.file = file
+        self._check = check
+
+    def check(self) -> None:
+        self._check(self.file.fd)
+
+    def fill(self, spans: list[Span], gap: int = MAX_GAP) -> None:  # noqa: ARG002
+        """Count the bytes of ``spans`` read (``gap``: none is read): the map holds them."""
+        a = np.array(spans, np.int64).reshape(-1, 2)
+        self._count(a[:, 0], a[:, 1])
+
+    def _count(self, starts: NDArray[np.int64], ends: NDArray[np.int64]) -> None:
+        # Overlaps once; vectorised: recording each span as fetched images do cost more
+        # than the copy of a 4 KB row.
+        order = np.argsort(starts, kind="stable")
+        starts, ends = np.clip(starts[order], 0, self.size), np.clip(ends[order], 0, self.size)
+        before = np.concatenate([[0], np.maximum.accumulate(ends)[:-1]])
+        with self._lock:
+            self.nbytes += int(np.maximum(ends - np.maximum(starts, before), 0).sum())
+            self.gets += len(starts)
+
+    def at(self, offset: int, length: int) -> memoryview:
+        # (Not counted: the header a layout is read from is counted with the rows.)
+        return self._buf[offset : min(offset + length, self.size)].data
+
+    def want(self, rows: NDArray[np.int64]) -> None:
+        self.check()
+        if self.layout is not None:
+            self._count(*self.layout.span_arrays(rows))
