@@ -150,6 +150,13 @@ def _npy(root: Path) -> None:
         np.save(root / f"{i}.npy", rng.standard_normal((16, 32, 64), dtype=np.float32))
 
 
+def _npy_mapped(root: Path) -> None:
+    # Rows of 128 KiB, 8 a read: a local read of 1 MiB, through a map of the file.
+    rng = np.random.default_rng(10)
+    for i in range(3):
+        np.save(root / f"{i}.npy", rng.standard_normal((16, 128, 256), dtype=np.float32))
+
+
 def _npz(root: Path) -> None:
     rng = np.random.default_rng(9)
     for i in range(3):  # stored, not deflated: read by rows
@@ -192,6 +199,12 @@ CASES: dict[str, Case] = {
     "npy-rows": Case(
         _npy,
         _files("npy", samples_per_file=16, shuffle="samples", npy_ranges_above=0),
+        "1.npy",
+        _by_files,
+    ),
+    "npy-rows-mapped": Case(
+        _npy_mapped,
+        _files("npy", samples_per_file="header", shuffle="samples", npy_ranges_above=0),
         "1.npy",
         _by_files,
     ),

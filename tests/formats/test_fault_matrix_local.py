@@ -1,6 +1,7 @@
 """Local files changed under a running source, on every read path of the fault matrix
 (tests/_fault_cases.py: tar and TFRecord by members/records and whole, ArrayRecord by
-chunks, MDS plain and zstd, Arrow IPC under a TableSource, PNG whole, NPY and NPZ rows).
+chunks, MDS plain and zstd, Arrow IPC under a TableSource, PNG whole, NPY rows by pread
+and through a map, NPZ rows).
 
 Once the source is open and has read other files, one file (the victim) is
 

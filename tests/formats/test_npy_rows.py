@@ -149,16 +149,25 @@ def test_a_guess_from_a_file_of_the_same_size_that_proves_wrong(tmp_path: Path) 
 
 
 def test_files_in_memory_are_read_through_maps_and_others_by_pread(tmp_path: Path) -> None:
-    # Rows whose pages are in memory are copied from a map of the file; a file out of
-    # memory is read by pread (a map would fault its pages in one at a time). The same
-    # batches either way.
+    # Rows whose pages are in memory are copied from a map of the file, where a pread
+    # would read 1 MiB or more; a file out of memory is read by pread (a map would fault
+    # its pages in one at a time), as are a few rows (a map costs more). The same
+    # batches each way. Rows of 256 KiB; headers counted first (each file's first read
+    # knows its rows).
     rng = np.random.default_rng(5)
     for i in range(4):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 64, 64), dtype=np.float32))
-    ranged, whole = _pair(tmp_path, samples_per_file=16)
-    assert _digest(ranged) == _digest(whole)
-    assert ranged._by_rows is not None and ranged._by_rows.mapped > 0  # just written
-    want = whole.read(3, np.arange(8))
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    everything, few = np.arange(64), np.arange(3)
+    ranged, whole = _pair(tmp_path)
+    asks = {"all": everything, "few": few, "reversed": everything[::-1]}
+    want = {n: batch_digest([whole.read(3, s)]) for n, s in asks.items()}
+    assert batch_digest([ranged.read(3, everything)]) == want["all"]
+    assert ranged._by_rows is not None and ranged._by_rows.mapped == 4  # just written
+    small, unused = _pair(tmp_path)
+    assert batch_digest([small.read(3, few)]) == want["few"]
+    assert small._by_rows is not None and small._by_rows.mapped == 0  # < 1 MiB a file
+    for s in (ranged, whole, small, unused):
+        s.close()  # (and their read-ahead, which would read pages in again)
     for p in tmp_path.iterdir():
         drop_pages(p)
     with open(tmp_path / "0.npy", "rb") as f:
@@ -168,14 +177,12 @@ def test_files_in_memory_are_read_through_maps_and_others_by_pread(tmp_path: Pat
             pytest.skip("this filesystem keeps its pages in memory (tmpfs?)")
         del view
         m.close()
-    cold = FileSource(
-        tmp_path, format="npy", samples_per_file=16, shuffle="samples", npy_ranges_above=0
-    )
-    got = cold.read(3, np.arange(8))
+    cold, other = _pair(tmp_path)
+    # (Not a run of samples: a run's read fetches the next run ahead, from pages read now.)
+    assert batch_digest([cold.read(3, everything[::-1])]) == want["reversed"]
     assert cold._by_rows is not None and cold._by_rows.mapped == 0
-    assert batch_digest([got]) == batch_digest([want])
-    for s in (ranged, whole, cold):
-        s.close()
+    cold.close()
+    other.close()
 
 
 def test_resume_is_exact_reading_by_rows(tmp_path: Path) -> None:

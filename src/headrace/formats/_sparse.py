@@ -296,10 +296,6 @@ class MappedImage(SparseImage):
             self.nbytes += int(np.maximum(ends - np.maximum(starts, before), 0).sum())
             self.gets += len(starts)
 
-    def at(self, offset: int, length: int) -> memoryview:
-        # (Not counted: the header a layout is read from is counted with the rows.)
-        return self._buf[offset : min(offset + length, self.size)].data
-
     def want(self, rows: NDArray[np.int64]) -> None:
         self.check()
         if self.layout is not None:
