@@ -282,21 +282,16 @@ class MappedImage(SparseImage):
         self._check(self.file.fd)
 
     def fill(self, spans: list[Span], gap: int = MAX_GAP) -> None:  # noqa: ARG002
-        """Count the bytes of ``spans`` read (``gap``: none is read): the map holds them."""
-        a = np.array(spans, np.int64).reshape(-1, 2)
-        self._count(a[:, 0], a[:, 1])
-
-    def _count(self, starts: NDArray[np.int64], ends: NDArray[np.int64]) -> None:
-        # Overlaps once; vectorised: recording each span as fetched images do cost more
-        # than the copy of a 4 KB row.
-        order = np.argsort(starts, kind="stable")
-        starts, ends = np.clip(starts[order], 0, self.size), np.clip(ends[order], 0, self.size)
-        before = np.concatenate([[0], np.maximum.accumulate(ends)[:-1]])
+        """Count the bytes of ``spans`` (disjoint) read: the map holds them (``gap``:
+        nothing is fetched, so nothing is joined)."""
         with self._lock:
-            self.nbytes += int(np.maximum(ends - np.maximum(starts, before), 0).sum())
-            self.gets += len(starts)
+            self.nbytes += sum(b - a for a, b in spans)
 
     def want(self, rows: NDArray[np.int64]) -> None:
         self.check()
         if self.layout is not None:
-            self._count(*self.layout.span_arrays(rows))
+            # Counted as arrays: recording each span as fetched images do cost more
+            # than the copy of a 4 KB row.
+            starts, ends = self.layout.span_arrays(rows)
+            with self._lock:
+                self.nbytes += int((ends - starts).sum())
