@@ -119,13 +119,6 @@ def test_files_that_disagree_give_the_batches_picked_a_sample_at_a_time(
     assert batch_digest([got]) == batch_digest([want])
     ragged = name in ("dtypes", "shapes")
     assert (got["data"].dtype == object) == ragged
-    # A ragged batch's rows are copies, not views of a file's map (its owner may
-    # truncate the file under a batch a model still holds: SIGBUS).
-    for row in got["data"] if ragged else [got["data"]]:
-        owner = row
-        while isinstance(owner, (np.ndarray, memoryview)):
-            owner = owner.base if isinstance(owner, np.ndarray) else owner.obj
-        assert not isinstance(owner, mmap.mmap)
     if not ragged:
         assert got["data"].dtype == np.dtype("=f4")
     ranged.close()
@@ -182,6 +175,75 @@ def test_files_in_memory_are_read_through_maps_and_others_by_pread(tmp_path: Pat
     assert batch_digest([cold.read(3, everything[::-1])]) == want["reversed"]
     assert cold._by_rows is not None and cold._by_rows.mapped == 0
     cold.close()
+    other.close()
+
+
+def test_rows_read_through_a_map_are_copies_in_a_ragged_batch(tmp_path: Path) -> None:
+    # Rows of two widths: a ragged batch holds each row as its own array. Read through
+    # a map, those are copies, not views of the map (a file truncated under a batch a
+    # model still holds would be SIGBUS at its next touch).
+    rng = np.random.default_rng(6)
+    np.save(tmp_path / "0.npy", rng.standard_normal((8, 256, 256), dtype=np.float32))
+    np.save(tmp_path / "1.npy", rng.standard_normal((8, 256, 128), dtype=np.float32))
+    ranged, whole = _pair(tmp_path)
+    got = ranged.read(0, np.arange(16))
+    assert ranged._by_rows is not None and ranged._by_rows.mapped == 2
+    assert batch_digest([got]) == batch_digest([whole.read(0, np.arange(16))])
+    assert got["data"].dtype == object
+    for row in got["data"]:
+        owner = row
+        while isinstance(owner, (np.ndarray, memoryview)):
+            owner = owner.base if isinstance(owner, np.ndarray) else owner.obj
+        assert not isinstance(owner, mmap.mmap)
+    ranged.close()
+    whole.close()
+
+
+def _in_file(src: FileSource, f: int) -> np.ndarray:
+    """The sample numbers (seed 0) that file ``f`` holds, in a random order."""
+    samples = np.arange(src.samples_per_epoch)
+    files, _ = src.plan.locate(0, samples)
+    return np.random.default_rng(0).permutation(samples[files == f])
+
+
+def test_a_mapped_file_changed_during_or_between_reads_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read through a map, a file is checked before the rows are copied (a file that
+    # shrank under a map would be SIGBUS at the copy) and after (written in place
+    # during the copy: refused, as a pread's check after the read refuses it).
+    rng = np.random.default_rng(7)
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    victim = tmp_path / "0.npy"
+    # Between reads: the first read's file is kept for the next (its image, its map).
+    src, other = _pair(tmp_path)
+    ours = _in_file(src, 0)
+    src.read(0, ours[:8])
+    assert src._by_rows is not None and src._by_rows.mapped >= 1
+    os.truncate(victim, os.path.getsize(victim) // 2)
+    with pytest.raises(StorageError, match=r"0\.npy: truncated or changed file"):
+        src.read(0, ours[8:])
+    src.close()
+    other.close()
+    # During the copy (a rewrite in place, injected as the rows are decoded).
+    np.save(victim, rng.standard_normal((16, 256, 256), dtype=np.float32))
+    import headrace.formats._file_samples as samples
+
+    decode = samples.decode_npy_rows
+
+    def rewritten(data: Any, **kw: Any) -> Any:
+        got = decode(data, **kw)
+        st = os.stat(victim)
+        os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        return got
+
+    src, other = _pair(tmp_path)
+    monkeypatch.setattr(samples, "decode_npy_rows", rewritten)
+    with pytest.raises(StorageError, match=r"0\.npy: the file changed since it was listed"):
+        src.read(0, _in_file(src, 0)[:8])
+    assert src._by_rows is not None and src._by_rows.mapped >= 1
+    src.close()
     other.close()
 
 
