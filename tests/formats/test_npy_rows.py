@@ -247,6 +247,25 @@ def test_a_mapped_file_changed_during_or_between_reads_is_refused(
     other.close()
 
 
+def test_whole_files_in_memory_are_read_through_maps(tmp_path: Path) -> None:
+    # A reader of whole files (IterableFiles) asks no rows ahead: a file in memory is
+    # mapped whole, each byte counted once, the same batches as the map-style reader's.
+    from headrace.formats import IterableFiles
+
+    rng = np.random.default_rng(8)
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((8, 256, 256), dtype=np.float32))
+    ranged, whole = _pair(tmp_path)
+    it = IterableFiles(ranged, batch_size=4)
+    got = list(it.epoch(0, 0))
+    assert ranged._by_rows is not None and ranged._by_rows.mapped == 2
+    assert it.stats.amplification == pytest.approx(1.0)
+    want = list(IterableFiles(whole, batch_size=4).epoch(0, 0))
+    assert batch_digest(got) == batch_digest(want)
+    ranged.close()
+    whole.close()
+
+
 def test_resume_is_exact_reading_by_rows(tmp_path: Path) -> None:
     for i in range(3):
         np.save(tmp_path / f"{i}.npy", np.arange(20 * 4, dtype=np.int32).reshape(20, 4) + i)
