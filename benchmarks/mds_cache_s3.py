@@ -30,7 +30,6 @@ hides most round trips), within 2x of ``local``; ``cache-cold`` within 0.8x of
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 from _files_s3 import files_s3, store_options
 from _out import out
-from object_cache import run_sides
+from object_cache import report_sides, run_sides
 
 from headrace.emulate import LatencyProxy
 from headrace.formats import MDSSource
@@ -104,17 +103,7 @@ def _report(codec: str, stored: int, a: argparse.Namespace, runs: dict[str, Any]
         f"{codec}: {a.samples:,} samples, {stored / 1e6:.1f} MB stored, {a.latency_ms:g} ms a "
         f"request, batch {BATCH}, {a.trials} trials (A B C D, D C B A, ...)"
     )
-    out(f"{'side':11} {'samples/s':>10} {'x store':>8} {'GETs/epoch':>11}  digest")
-    base = statistics.median(r["samples_per_s"] for r in runs["store"])
-    digests = set()
-    for side, trials in runs.items():
-        rate = statistics.median(r["samples_per_s"] for r in trials)
-        gets = statistics.median(r["gets"] for r in trials)
-        digests |= {r["digest"] for r in trials}
-        digest = trials[0]["digest"][:12]
-        out(f"{side:11} {rate:>10.1f} {rate / base:>7.2f}x {gets:>11.0f}  {digest}")
-    out("digests equal" if len(digests) == 1 else f"DIGESTS DIFFER: {sorted(digests)}")
-    return len(digests) == 1
+    return report_sides(runs)[1]
 
 
 def _epoch(src: MDSSource, steps: int) -> dict[str, Any]:

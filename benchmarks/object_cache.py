@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         f"flight, batch {BATCH}, {'raw bytes' if a.raw else 'decoded'}, {a.trials} trials "
         "(A B C D, D C B A, ...)"
     )
-    out(f"{'side':11} {'samples/s':>10} {'x store':>8} {'GETs/epoch':>11}  digest")
     report: dict[str, Any] = {
         "files": a.files,
         "megabytes": mb,
@@ -107,15 +106,25 @@ def main(argv: list[str] | None = None) -> int:
         "batch": BATCH,
         "decode": not a.raw,
         "trials": a.trials,
-        "sides": {},
     }
+    report["sides"], report["digests_equal"] = report_sides(runs)
+    if a.json:
+        a.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if report["digests_equal"] else 1
+
+
+def report_sides(runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], bool]:
+    """Print a table of each side's median samples/s (over the ``store`` side's), GETs
+    an epoch and digest, and whether every trial of every side gave the same digest;
+    return the medians by side, and that verdict."""
+    out(f"{'side':11} {'samples/s':>10} {'x store':>8} {'GETs/epoch':>11}  digest")
     base = statistics.median(r["samples_per_s"] for r in runs["store"])
-    digests = set()
+    digests = {r["digest"] for trials in runs.values() for r in trials}
+    sides = {}
     for side, trials in runs.items():
         rate = statistics.median(r["samples_per_s"] for r in trials)
         gets = statistics.median(r["gets"] for r in trials)
-        digests |= {r["digest"] for r in trials}
-        report["sides"][side] = {
+        sides[side] = {
             "median_samples_per_s": rate,
             "over_store": rate / base,
             "gets_per_epoch": gets,
@@ -123,11 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         digest = trials[0]["digest"][:12]
         out(f"{side:11} {rate:>10.1f} {rate / base:>7.2f}x {gets:>11.0f}  {digest}")
-    report["digests_equal"] = len(digests) == 1
     out("digests equal" if len(digests) == 1 else f"DIGESTS DIFFER: {sorted(digests)}")
-    if a.json:
-        a.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if len(digests) == 1 else 1
+    return sides, len(digests) == 1
 
 
 def run_sides(

@@ -211,14 +211,12 @@ class FileList:
                 if whole[0].read_ranges(whole[1], size, etag, spans, buf):
                     return
                 whole = None  # not a good entry (removed): the store's bytes from now on
-            keep: list[tuple[int, int]] = []
             if blocked:
-                assert cache is not None and etag is not None
-                spans, keep = _blocks(cache, size, etag, cache_block, spans, buf)
+                futures, keep = self.start_blocks(i, queue, spans, buf, cache_block)
+                wait_all(futures)
+                keep()
+                return
             wait_all([p for a, b in spans for p in remote.read_pieces(buf[a:b], a)])
-            if keep:
-                assert cache is not None and etag is not None
-                _keep_blocks(cache, size, etag, cache_block, keep, buf)
 
         return fetch
 
@@ -231,9 +229,10 @@ class FileList:
         block: int,
     ) -> tuple[list[Future[None]], Callable[[], None]]:
         """Start filling ``buf[a:b]`` with object ``i``'s bytes ``[a, b)`` for each span,
-        through the cache (it must have one) as :meth:`fetch_ranges` with ``cache_block``
-        ``block`` does, but in two steps, so that a read of many objects waits for
-        all their GETs at once without a thread an object: the blocks the cache holds
+        through the cache (it must have one) as ``block``-aligned blocks (what
+        :meth:`fetch_ranges` with ``cache_block`` does, waiting at once), in two steps,
+        so that a read of many objects waits for all their GETs at once without a
+        thread an object: the blocks the cache holds
         are read now, in this thread (local files: threads contending for the GIL over
         their stats, opens and small reads made a warm epoch 3x slower than local
         files), and the GETs of the rest started on ``queue``. Returns their futures,
