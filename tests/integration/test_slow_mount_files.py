@@ -257,3 +257,26 @@ def test_a_table_glob_on_a_slow_mount_stats_its_matches_many_at_once(
     )
     far.close()
     near.close()
+
+
+def test_npy_rows_on_a_fuse_mount_are_read_by_pread_not_through_maps(
+    slow_mount, tmp_path: Path
+) -> None:
+    # Rows of a local NPY file in memory are copied from a map of it; on a FUSE mount
+    # they are read by pread even so (a page the storage fails to read would be SIGBUS
+    # through a map, and each page a round trip). The same rows either way. (slowfs
+    # drops a file's pages at each open, so here the residency check alone would keep
+    # maps off; the mount check is for FUSE file systems that keep their pages.)
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(4)
+    for i in range(2):
+        np.save(src / f"{i}.npy", rng.standard_normal((8, 256, 256), dtype=np.float32))
+    m = slow_mount(src)
+    kw = {"format": "npy", "samples_per_file": "header", "shuffle": "samples"}
+    with FileSource(m.mnt, npy_ranges_above=0, **kw) as far:
+        with FileSource(src, npy_ranges_above=0, **kw) as near:
+            got, want = far.read(0, np.arange(16)), near.read(0, np.arange(16))
+            assert near._by_rows is not None and near._by_rows.mapped == 2
+            assert far._by_rows is not None and far._by_rows.mapped == 0
+            np.testing.assert_array_equal(got["data"], want["data"])
