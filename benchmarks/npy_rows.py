@@ -80,7 +80,9 @@ def main() -> int:
     p.add_argument("--root", default=None)
     a = p.parse_args()
     ext = {"hdf5": "h5"}.get(a.format, a.format)
-    root = Path(a.root or os.path.join(tempfile.gettempdir(), f"headrace-{a.format}-rows"))
+    # Named by the shape: files kept from a run of another shape are not read as these.
+    shape = f"{a.format}-rows-{a.files}x{a.rows}x{a.side}"
+    root = Path(a.root or os.path.join(tempfile.gettempdir(), f"headrace-{shape}"))
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for i in range(a.files):

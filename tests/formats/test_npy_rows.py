@@ -341,13 +341,20 @@ def test_stats_say_the_read_amplification(tmp_path: Path) -> None:
 
 
 def test_small_files_are_read_whole_by_default_and_the_size_is_checked(tmp_path: Path) -> None:
-    # Under 1 MiB a read by rows cost more than the bytes it saved (64 KiB files: 1.5x
-    # slower here): such files are read whole unless npy_ranges_above says otherwise.
+    # Locally under 3.5 MiB a read by rows cost more than the bytes it saved (page
+    # cache: 1 MiB files 1.8-2.6x slower, 3 MiB 1.25x): such files are read whole unless
+    # npy_ranges_above says otherwise; from 3.5 MiB (the largest file's size) by rows.
     for i in range(2):
         np.save(tmp_path / f"{i}.npy", np.zeros((16, 1024), np.float32))  # 64 KiB
     assert (
         FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples")._by_rows is None
     )
+    for rows, by_rows in ((895, False), (896, True)):  # 4 KiB rows: 3.5 MiB + header
+        big = tmp_path / "big"
+        big.mkdir(exist_ok=True)
+        np.save(big / "0.npy", np.zeros((rows, 1024), np.float32))
+        auto = FileSource(big, format="npy", samples_per_file=rows, shuffle="samples")
+        assert (auto._by_rows is not None) == by_rows, rows
     src = FileSource(tmp_path, format="npy", samples_per_file=16, shuffle="samples",
                      npy_ranges_above=32 << 10)  # fmt: skip
     assert src._by_rows is not None

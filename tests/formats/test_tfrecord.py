@@ -449,6 +449,17 @@ def test_reads_by_records_give_the_whole_files_batches(tmp_path: Path) -> None:
     whole.close()
 
 
+def test_local_files_from_1_mib_are_read_by_records_by_default(tmp_path: Path) -> None:
+    # Faster than whole files at 1, 2 and 4 MiB (a whole file's every record is
+    # checked): locally from 1 MiB, not from NPY's 3.5 MiB.
+    for records, by_records in ((15, False), (16, True)):  # 64 KiB records: under, over 1 MiB
+        (tmp_path / "0.tfrecord").write_bytes(
+            encode_tfrecord({}, records=[bytes(64 << 10)] * records)
+        )
+        src = FileSource(tmp_path, format="tfrecord", shuffle="samples")
+        assert (src._by_rows is not None) == by_records, records
+
+
 def test_a_read_by_records_holds_only_the_records_asked(tmp_path: Path) -> None:
     _write(tmp_path, files=1, n=40)
     src = FileSource(tmp_path, format="tfrecord", shuffle="samples", tfrecord_ranges_above=0)

@@ -108,6 +108,8 @@ def test_held_bytes_and_requests_stay_within_in_flight(
         where: Any = f"s3://{BUCKET}/memory/{name}"
     else:
         where = sets / name
+        if name == "npy":
+            options["npy_ranges_above"] = MiB  # by rows (auto: from 3.5 MiB locally)
     reading = "map-style" if mode == "map-style" else "headrace"
     src = FileSource(where, in_flight=IN_FLIGHT, shuffle="samples", mode=reading, **options)
     try:

@@ -23,6 +23,7 @@ __all__ = [
     "NPY_RANGES_ABOVE_LOCAL",
     "NPY_RANGES_ABOVE_REMOTE",
     "RECORD_FORMATS",
+    "TFRECORD_RANGES_ABOVE_LOCAL",
     "FileSourceConfig",
     "OnCorrupt",
     "SourceMode",
@@ -30,12 +31,17 @@ __all__ = [
 
 #: Remote HDF5 files from this size up are read by ranges (see ``hdf5_ranges_above``).
 DEFAULT_HDF5_RANGES_ABOVE = 8 << 20
-#: NPY files from these sizes up are read by rows under shuffle="samples" (see
-#: ``npy_ranges_above="auto"``): where reading by rows and whole took the same time,
-#: locally (page cache: 256 KiB files 1.2x slower by rows, 1 MiB even, 16 MB 4-10x
-#: faster) and on moto behind 20 ms (1 MiB 2.5x slower, 4 MiB 1.6x, 16 MB 1.4x faster).
-NPY_RANGES_ABOVE_LOCAL = 1 << 20
+#: NPY (and NPZ) files from these sizes up are read by rows under shuffle="samples"
+#: (see ``npy_ranges_above="auto"``): where reading by rows and whole took the same
+#: time, locally (page cache, 64 MiB of 4 KiB rows, 40 and 250 steps of 64: 1 MiB
+#: files 1.8-2.6x slower by rows, 2 MiB 1.3-1.9x, 3 MiB 1.25x, 4 MB 0.6-1.2x and a
+#: tenth of the bytes, 16 MB 4-10x faster) and on moto behind 20 ms (1 MiB 2.5x
+#: slower, 4 MiB 1.6x, 16 MB 1.4x faster).
+NPY_RANGES_ABOVE_LOCAL = 7 << 19  # 3.5 MiB
 NPY_RANGES_ABOVE_REMOTE = 8 << 20
+#: Local TFRecord files: by records from 1 MiB (0.6-0.9x the time of whole files
+#: at 1, 2 and 4 MiB, 40 and 250 steps: a whole file's every record is checked).
+TFRECORD_RANGES_ABOVE_LOCAL = 1 << 20
 #: Local HDF5 files from this size up are read by ranges under shuffle="samples":
 #: where the two took the same time (page cache, 16 steps of 16, 64x64 float32 chunks
 #: of one sample: 256 KiB files 1.6x slower by ranges, 1 MiB 1.3x, 4 MiB 1.15x faster,
@@ -102,13 +108,14 @@ class FileSourceConfig:
     in runs, which one whole read serves); default 4 MiB.
     ``npy_ranges_above``: an NPY file of several samples of at least this many bytes
     is read by rows under ``shuffle="samples"``: its header and the rows a read asks,
-    not the whole file (``mode="headrace"`` only); ``"auto"``: 1 MiB locally, 8 MiB on
+    not the whole file (``mode="headrace"`` only); ``"auto"``: 3.5 MiB locally, 8 MiB on
     object storage; ``None``: always whole.
     ``npz_ranges_above``: the same for NPZ files (their stored members by rows; a
     deflated member whole), default ``None`` (always whole): a stored member's CRC-32
     covers all of it, so read by rows it is not checked.
     ``tfrecord_ranges_above``: the same for TFRecord files (their record headers walked
-    once, then the records a read asks, each with its CRCs), default ``"auto"``.
+    once, then the records a read asks, each with its CRCs), default ``"auto"`` (1 MiB
+    locally, 8 MiB on object storage).
     ``verify``: TFRecord only; ``False`` skips each record's data CRC-32C (its length's
     is always checked): without ``google_crc32c`` the check runs at 30-70 MB/s.
     ``labels``: adds ``label`` (int64) to every batch, each sample's file's class
@@ -225,9 +232,11 @@ class FileSourceConfig:
                 and size != "auto"
                 and (isinstance(size, bool) or not isinstance(size, int) or size < 0)
             ):
+                local = TFRECORD_RANGES_ABOVE_LOCAL if what[:2] == "tf" else NPY_RANGES_ABOVE_LOCAL
+                mib = f"{local / (1 << 20):g} MiB"
                 raise ConfigError(
-                    f"{what} must be a size in bytes >= 0, 'auto' (1 MiB locally, 8 MiB on "
-                    f"object storage) or None (always whole) (got {size!r})."
+                    f"{what} must be a size in bytes >= 0, 'auto' (locally {mib}, "
+                    f"8 MiB on object storage) or None (always whole) (got {size!r})."
                 )
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")

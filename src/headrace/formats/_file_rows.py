@@ -20,6 +20,7 @@ from headrace.formats._file_config import (
     NPY_RANGES_ABOVE_LOCAL,
     NPY_RANGES_ABOVE_REMOTE,
     RECORD_FORMATS,
+    TFRECORD_RANGES_ABOVE_LOCAL,
     FileSourceConfig,
 )
 from headrace.formats._files import file_format
@@ -51,7 +52,8 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     }
     above = ranges.get(fmt)
     if above == "auto":
-        above = NPY_RANGES_ABOVE_REMOTE if files.remote else NPY_RANGES_ABOVE_LOCAL
+        local = TFRECORD_RANGES_ABOVE_LOCAL if fmt == "tfrecord" else NPY_RANGES_ABOVE_LOCAL
+        above = NPY_RANGES_ABOVE_REMOTE if files.remote else local
     if not (
         rows
         and isinstance(above, int)
