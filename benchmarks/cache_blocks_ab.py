@@ -1,9 +1,12 @@
 """A warm ``cache_dir``'s epoch of block entries: two source trees A/B/A/B.
 
     python benchmarks/cache_blocks_ab.py --a /tmp/base/src --b src [--rounds 6]
+                                         [--format mds|npy]
 
 Writes 20,000 MDS samples of ~3 KB (``tokens``: 1,000-2,000 uint16 ids; ``id``) in
-40 uncompressed shards of 500, serves them as S3 objects (``_files_s3``, no added
+40 uncompressed shards of 500 (``--format npy``: 4 NPY files of 4,000 float32 rows of
+4 KiB, 16 MB each, read by rows under ``shuffle="samples"``), serves them as S3
+objects (``_files_s3``, no added
 latency), fills a cache with one epoch (B=64, full shuffle), then runs a short child
 process per tree and round (A, B, then B, A next round), each reading one epoch from
 the warm cache after one untimed epoch (its interpreter and the page cache warm).
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _files_s3 import files_s3, store_options
@@ -32,16 +36,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _mds_files import write_mds  # the tests' writer of Streaming's format
 
 SAMPLES, PER_SHARD, BATCH = 20_000, 500, 64
+NPY_FILES, NPY_ROWS = 4, 4_000
 
 
-def epoch(endpoint: str, cache: Path) -> tuple[float, str, int]:
-    from headrace.formats import MDSSource
+def epoch(endpoint: str, cache: Path, fmt: str) -> tuple[float, str, int]:
+    from headrace.formats import FileSource, MDSSource
     from headrace.pipeline import Loader
     from headrace.testing import batch_digest
 
-    src = MDSSource("s3://bench/raw", store_options=store_options(endpoint), cache_dir=cache)
+    options = store_options(endpoint)
+    if fmt == "npy":
+        kw = {"format": "npy", "samples_per_file": NPY_ROWS, "shuffle": "samples"}
+        src: Any = FileSource("s3://bench/npy", store_options=options, cache_dir=cache, **kw)
+        steps = NPY_FILES * NPY_ROWS // BATCH
+    else:
+        src = MDSSource("s3://bench/raw", store_options=options, cache_dir=cache)
+        steps = SAMPLES // BATCH
     t0 = time.perf_counter()
-    with Loader(src, batch_size=BATCH, seed=1, steps=SAMPLES // BATCH) as loader:
+    with Loader(src, batch_size=BATCH, seed=1, steps=steps) as loader:
         digest = batch_digest(loader)
     stats = src.cache_stats
     assert stats is not None
@@ -51,32 +63,44 @@ def epoch(endpoint: str, cache: Path) -> tuple[float, str, int]:
 def main() -> None:
     ap = tree_parser(__doc__)
     ap.add_argument("--endpoint", default=None, help="(the child's: the server's)")
+    ap.add_argument("--format", choices=("mds", "npy"), default="mds")
     args = ap.parse_args()
     if args.child:
-        epoch(args.endpoint, Path(args.child))  # untimed
-        seconds, digest, read = epoch(args.endpoint, Path(args.child))
+        epoch(args.endpoint, Path(args.child), args.format)  # untimed
+        seconds, digest, read = epoch(args.endpoint, Path(args.child), args.format)
         print(json.dumps({"s": seconds, "digest": digest, "read": read}))
         return
     rng = np.random.default_rng(1)
-    lengths = rng.integers(1_000, 2_001, SAMPLES)
-    samples = [
-        {"id": k, "tokens": rng.integers(0, 50_000, n, dtype=np.uint16)}
-        for k, n in enumerate(lengths.tolist())
-    ]
     with tempfile.TemporaryDirectory(prefix="headrace-blocks-ab-") as tmp:
         root = Path(tmp)
-        write_mds(root / "data" / "raw", {"id": "int", "tokens": "ndarray:uint16"}, samples,
-                  per_shard=PER_SHARD)  # fmt: skip
+        if args.format == "npy":
+            (root / "data" / "npy").mkdir(parents=True)
+            for i in range(NPY_FILES):
+                rows = rng.standard_normal((NPY_ROWS, 32, 32), dtype=np.float32)
+                np.save(root / "data" / "npy" / f"{i:02d}.npy", rows)
+        else:
+            lengths = rng.integers(1_000, 2_001, SAMPLES)
+            samples = [
+                {"id": k, "tokens": rng.integers(0, 50_000, n, dtype=np.uint16)}
+                for k, n in enumerate(lengths.tolist())
+            ]
+            write_mds(root / "data" / "raw", {"id": "int", "tokens": "ndarray:uint16"},
+                      samples, per_shard=PER_SHARD)  # fmt: skip
         with files_s3(str(root / "data")) as endpoint:
-            epoch(endpoint, root / "cache")  # fills the cache (this tree's)
+            epoch(endpoint, root / "cache", args.format)  # fills the cache (this tree's)
             s: dict[str, list[float]] = {"A": [], "B": []}
             seen: dict[str, set[tuple[str, int]]] = {"A": set(), "B": set()}
-            passed = [str(root / "cache"), "--endpoint", endpoint]
+            passed = [str(root / "cache"), "--endpoint", endpoint, "--format", args.format]
             for side, result in tree_runs(__file__, args, passed):
                 s[side].append(float(result["s"]))  # type: ignore[arg-type]
                 seen[side].add((str(result["digest"]), int(result["read"])))  # type: ignore[call-overload]
     ratios = [b / a for a, b in zip(s["A"], s["B"], strict=True)]
-    print(f"{SAMPLES:,} samples in {SAMPLES // PER_SHARD} shards, warm cache, {args.rounds} rounds")
+    what = (
+        f"{NPY_FILES * NPY_ROWS:,} NPY rows in {NPY_FILES} files"
+        if args.format == "npy"
+        else f"{SAMPLES:,} samples in {SAMPLES // PER_SHARD} shards"
+    )
+    print(f"{what}, warm cache, {args.rounds} rounds")
     for side in ("A", "B"):
         digests = {d[:12] for d, _ in seen[side]}
         read = {r for _, r in seen[side]}

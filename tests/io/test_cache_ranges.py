@@ -102,3 +102,40 @@ def test_a_block_entry_is_checked_once_then_only_its_spans_are_read(tmp_path: Pa
     with pytest.warns(RuntimeWarning, match=r"not what was written \(checksum\)"):
         assert not fresh.read_ranges(URL, N, "e", spans, out, 4096, 4096)
     assert fresh.stats.bad_entries == 1 and not path.exists()
+
+
+@pytest.mark.parametrize("fault", ["eio", "short"])
+def test_a_checked_entry_whose_read_fails_is_a_miss_and_then_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    # Once checked, an entry's spans are read by a pread each on a bare descriptor (no
+    # LocalFile): a read failing (EIO), or cut short (the entry truncated since it was
+    # opened), is a miss, counted and said once: the store's bytes are read instead.
+    data = np.random.default_rng(3).integers(0, 256, N, dtype=np.uint8)
+    c = ObjectCache(tmp_path)
+    assert c.write(URL, N, "e", data[4096:8192], 4096)
+    out = np.zeros(N, np.uint8)
+    spans = [(4100, 4200), (8000, 8100)]
+    assert c.read_ranges(URL, N, "e", spans, out, 4096, 4096)  # checked now
+    real = os.preadv
+
+    def failing(fd: int, buffers: list[np.ndarray], offset: int) -> int:
+        if fault == "eio":
+            raise OSError(5, "Input/output error")
+        return real(fd, [buffers[0][:10]], offset)  # 10 bytes, not the span's 100
+
+    monkeypatch.setattr(cache_mod.os, "preadv", failing)
+    out[:] = 0
+    with pytest.warns(RuntimeWarning, match=r"a local read of .* failed"):
+        assert not c.read_ranges(URL, N, "e", spans, out, 4096, 4096)
+    assert c.stats.errors == 1 and c.stats.misses == 1 and c.stats.hits == 1
+    monkeypatch.setattr(cache_mod.os, "preadv", real)
+    assert c.read_ranges(URL, N, "e", spans, out, 4096, 4096)  # the entry is kept: read
+    for a, b in spans:
+        np.testing.assert_array_equal(out[a:b], data[a:b])
+    # Truncated in place (same inode, checked): not the size checked; removed as such.
+    path = entry(tmp_path)
+    os.truncate(path, path.stat().st_size - 1)
+    with pytest.warns(RuntimeWarning, match=r"4095 bytes, not 4096"):
+        assert not c.read_ranges(URL, N, "e", spans, out, 4096, 4096)
+    assert not path.exists() and c.stats.bad_entries == 1

@@ -340,11 +340,7 @@ def _blocks(
     missing = []
     for k in sorted(within):
         a, b = k * block, min((k + 1) * block, size)
-        # (has: one stat; a missing entry's open would look for a name it misspells.)
-        if not (
-            found.has(name, size, etag, a, b - a)
-            and found.read_ranges(name, size, etag, within[k], buf, a, b - a)
-        ):
+        if not found.read_ranges(name, size, etag, within[k], buf, a, b - a):
             missing.append((a, b))
     runs = merge_ranges(missing)
     if found.writing:
