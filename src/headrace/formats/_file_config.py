@@ -27,6 +27,7 @@ __all__ = [
     "FileSourceConfig",
     "OnCorrupt",
     "SourceMode",
+    "ranges_auto",
 ]
 
 #: Remote HDF5 files from this size up are read by ranges (see ``hdf5_ranges_above``).
@@ -42,6 +43,16 @@ NPY_RANGES_ABOVE_REMOTE = 8 << 20
 #: Local TFRecord files: by records from 1 MiB (0.6-0.9x the time of whole files
 #: at 1, 2 and 4 MiB, 40 and 250 steps: a whole file's every record is checked).
 TFRECORD_RANGES_ABOVE_LOCAL = 1 << 20
+
+
+def ranges_auto(fmt: str, remote: bool) -> int:
+    """The size ``"auto"`` means for ``fmt``'s ``*_ranges_above`` (``npy``, ``npz``,
+    ``tfrecord``): from which its files are read by rows, on object storage or not."""
+    if remote:
+        return NPY_RANGES_ABOVE_REMOTE
+    return TFRECORD_RANGES_ABOVE_LOCAL if fmt == "tfrecord" else NPY_RANGES_ABOVE_LOCAL
+
+
 #: Local HDF5 files from this size up are read by ranges under shuffle="samples":
 #: where the two took the same time (page cache, 16 steps of 16, 64x64 float32 chunks
 #: of one sample: 256 KiB files 1.6x slower by ranges, 1 MiB 1.3x, 4 MiB 1.15x faster,
@@ -232,11 +243,11 @@ class FileSourceConfig:
                 and size != "auto"
                 and (isinstance(size, bool) or not isinstance(size, int) or size < 0)
             ):
-                local = TFRECORD_RANGES_ABOVE_LOCAL if what[:2] == "tf" else NPY_RANGES_ABOVE_LOCAL
-                mib = f"{local / (1 << 20):g} MiB"
+                kind = what.split("_")[0]
+                local, remote = (ranges_auto(kind, r) / (1 << 20) for r in (False, True))
                 raise ConfigError(
-                    f"{what} must be a size in bytes >= 0, 'auto' (locally {mib}, "
-                    f"8 MiB on object storage) or None (always whole) (got {size!r})."
+                    f"{what} must be a size in bytes >= 0, 'auto' ({local:g} MiB locally, "
+                    f"{remote:g} MiB on object storage) or None (always whole) (got {size!r})."
                 )
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")

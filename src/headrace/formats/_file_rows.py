@@ -16,13 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from headrace.formats._array_record_ranges import RangedArrayRecord
-from headrace.formats._file_config import (
-    NPY_RANGES_ABOVE_LOCAL,
-    NPY_RANGES_ABOVE_REMOTE,
-    RECORD_FORMATS,
-    TFRECORD_RANGES_ABOVE_LOCAL,
-    FileSourceConfig,
-)
+from headrace.formats._file_config import RECORD_FORMATS, FileSourceConfig, ranges_auto
 from headrace.formats._files import file_format
 from headrace.formats._npy_ranges import RangedNpy
 from headrace.formats._npz_ranges import RangedNpz
@@ -52,8 +46,7 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     }
     above = ranges.get(fmt)
     if above == "auto":
-        local = TFRECORD_RANGES_ABOVE_LOCAL if fmt == "tfrecord" else NPY_RANGES_ABOVE_LOCAL
-        above = NPY_RANGES_ABOVE_REMOTE if files.remote else local
+        above = ranges_auto(fmt, files.remote)
     if not (
         rows
         and isinstance(above, int)
