@@ -139,3 +139,27 @@ def test_a_checked_entry_whose_read_fails_is_a_miss_and_then_read_again(
     with pytest.warns(RuntimeWarning, match=r"4095 bytes, not 4096"):
         assert not c.read_ranges(URL, N, "e", spans, out, 4096, 4096)
     assert not path.exists() and c.stats.bad_entries == 1
+
+
+def test_checked_entries_are_remembered_up_to_checked_then_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process remembers CHECKED entries as checked (a hash of each one's name and
+    # file); one more forgets another, which the next read of it checks again whole.
+    monkeypatch.setattr(cache_mod, "CHECKED", 1)
+    data = np.random.default_rng(4).integers(0, 256, N, dtype=np.uint8)
+    c = ObjectCache(tmp_path)
+    for at in (0, 4096):
+        assert c.write(URL, N, "e", data[at : at + 4096], at)
+    first = c.path(URL, N, "e", 0, 4096)
+    out = np.zeros(N, np.uint8)
+    assert c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # checked
+    raw = bytearray(Path(first).read_bytes())
+    raw[3000] ^= 1  # in place (the same file), outside the span read
+    with open(first, "r+b") as f:
+        f.write(bytes(raw))
+    assert c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # remembered: not again
+    assert c.read_ranges(URL, N, "e", [(4100, 4110)], out, 4096, 4096)  # forgets the first
+    with pytest.warns(RuntimeWarning, match=r"not what was written \(checksum\)"):
+        assert not c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # checked again
+    assert c.stats.bad_entries == 1 and not os.path.exists(first)
