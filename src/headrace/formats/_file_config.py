@@ -20,10 +20,7 @@ from headrace.formats._object_files import check_in_flight
 __all__ = [
     "DEFAULT_HDF5_LOCAL_RANGES_ABOVE",
     "DEFAULT_HDF5_RANGES_ABOVE",
-    "NPY_RANGES_ABOVE_LOCAL",
-    "NPY_RANGES_ABOVE_REMOTE",
     "RECORD_FORMATS",
-    "TFRECORD_RANGES_ABOVE_LOCAL",
     "FileSourceConfig",
     "OnCorrupt",
     "SourceMode",
