@@ -5,6 +5,10 @@ each file whole.
         [--side 64] [--steps 8] [--batch 16] [--rounds 3] [--where local,s3] [--latency-ms 0]
         [--format npy|hdf5|npz]
 
+``--where slowfs``: the files through a slowfs FUSE mount whose READs and opens wait
+``--latency-ms`` (2 if 0), a network mount's round trips (slowfs drops a file's pages
+at each open: every run reads cold).
+
 ``--files`` NPY files (``--format hdf5``: HDF5 files of one dataset ``x``, a chunk a
 sample, unfiltered; ``--format npz``: ``np.savez`` files, stored, whose "before" side
 is this tree with ``npz_ranges_above=None`` and "after" with ``0``) of ``--rows``
@@ -112,7 +116,7 @@ def main() -> int:
     ok = True
     for where in a.where.split(","):
         runs: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
-        s3 = proxy = None
+        s3 = proxy = mount = None
         if where == "s3":
             from headrace.emulate import LatencyProxy, LocalS3
 
@@ -126,6 +130,13 @@ def main() -> int:
                 proxy = LatencyProxy(s3.endpoint, latency_ms=a.latency_ms).__enter__()
                 options["endpoint"] = proxy.endpoint
             url, opts = f"s3://{BUCKET}/npy", json.dumps(options)
+        elif where == "slowfs":  # a FUSE mount of the files: each READ waits latency_ms
+            from headrace.emulate import SlowMount
+
+            mnt = Path(tempfile.mkdtemp(prefix="headrace-npy-rows-mnt-"))
+            ms = a.latency_ms or 2.0
+            mount = SlowMount(root, mnt, read_latency_ms=ms, open_latency_ms=ms).__enter__()
+            url, opts = str(mnt), "{}"
         else:
             url, opts = str(root), "{}"
         try:
@@ -137,6 +148,8 @@ def main() -> int:
                     out(f"  {where} {side:6} {r['s']:.3f} s {r['bytes'] / 1e6:.1f} MB "
                         f"{r['gets']} reads {r['digest'][:12]}")  # fmt: skip
         finally:
+            if mount is not None:
+                mount.__exit__(None, None, None)
             if proxy is not None:
                 proxy.__exit__(None, None, None)
             if s3 is not None:

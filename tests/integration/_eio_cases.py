@@ -154,6 +154,13 @@ def build(src: Path) -> list[str]:
     specs.append(f"t.parquet:{lo}-{lo + 1}")
 
     _files(src, rng)
+    # NPY files of rows read by rows, 80 KiB a row (more than the 64 KiB a read joins
+    # across): a read's rows of a file are several preads, on a mount all at once.
+    (src / "npyrows").mkdir()
+    for i in range(2):
+        np.save(src / "npyrows" / f"r{i}.npy", rng.standard_normal((16, 20480), np.float32))
+    lo = (128 + 8 * 81920) // PAGE * PAGE + PAGE  # in row 8 of r1.npy
+    specs.append(f"npyrows/r1.npy:{lo}-{lo + PAGE}")
     for kind in ("npy", "npz", "jpeg", "hdf5", "png"):
         specs.append(f"{kind}/f{BAD_FILE:03d}.*")
     specs += _shards(src, rng)
@@ -277,8 +284,13 @@ def tokens(mnt: Path, reads: str) -> tuple[BaseException, Callable[[], Any]]:
 def _first_error(src: Any, n: int) -> tuple[BaseException, Callable[[], Any]]:
     """Read samples ``0..n`` in batches of 64 until one fails: that error, and a read of
     the first 4 samples (away from the failing bytes) to try after it."""
+    return _first_error_in(src, n, 64)
+
+
+def _first_error_in(src: Any, n: int, batch: int) -> tuple[BaseException, Callable[[], Any]]:
+    """:func:`_first_error` in batches of ``batch``."""
     try:
-        for s in _everything(n, 64):
+        for s in _everything(n, batch):
             src.read(0, s)
     except BaseException as exc:
         return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
@@ -336,6 +348,15 @@ def files(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
     except BaseException as exc:
         return exc, lambda: src.read(0, np.arange(4, dtype=np.int64))
     raise AssertionError("no error")
+
+
+def npy_rows(mnt: Path) -> tuple[BaseException, Callable[[], Any]]:
+    """Every sample in batches of 6 (random rows of both files, by rows); later, 4."""
+    from headrace.formats import FileSource
+
+    src = FileSource(mnt / "npyrows", format="npy", samples_per_file=16, shuffle="samples",
+                     npy_ranges_above=0)  # fmt: skip
+    return _first_error_in(src, 32, 6)
 
 
 def shards(mnt: Path, kind: str) -> tuple[BaseException, Callable[[], Any]]:
@@ -438,6 +459,7 @@ CASES: dict[str, Callable[[Path], tuple[BaseException, Callable[[], Any]]]] = {
     "files-jpeg": lambda m: files(m, "jpeg"),
     "files-hdf5": lambda m: files(m, "hdf5"),
     "files-png": lambda m: files(m, "png"),
+    "npy-rows": npy_rows,
     "tar-samples": lambda m: shards(m, "tar"),
     "tfrecord-samples": lambda m: shards(m, "tfrecord"),
     "array_record-samples": lambda m: shards(m, "array_record"),

@@ -56,6 +56,7 @@ FAILING: dict[str, str] = {
     "files-jpeg": f"f{cases.BAD_FILE:03d}.jpeg",
     "files-hdf5": f"f{cases.BAD_FILE:03d}.h5",
     "files-png": f"f{cases.BAD_FILE:03d}.png",
+    "npy-rows": "npyrows/r1.npy",
     "tar-samples": "tar/s1.tar",
     "tfrecord-samples": "tfrecord/s1.tfrecord",
     "array_record-samples": "array_record/s1.array_record",

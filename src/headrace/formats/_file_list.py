@@ -54,8 +54,10 @@ from headrace.io import (
     RangeReader,
     ReaderConfig,
     RequestQueue,
+    deep_io_pool,
 )
 from headrace.io import _in_flight as in_flight
+from headrace.io._batch import results
 from headrace.io._file import missing_hint, open_error
 from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
@@ -263,7 +265,11 @@ class FileList:
         the source's window, ``in_flight`` at once: a ``pread`` each, in this thread.
         ``reader`` (O_DIRECT's aligned reads) reads them instead. The engine's pread
         cost ~50 us a call of 2 ranges on top (~19 us to open a file and read both),
-        more than a whole pread of a 1 MiB file gained."""
+        more than a whole pread of a 1 MiB file gained. On a network or FUSE mount,
+        where each ``pread`` is a round trip, the spans are read all at once on the deep
+        I/O pool (every one finished before the first error is raised): one after
+        another, 40 steps of 64 rows from 16 MB NPY files took 1.35x the time of whole
+        files at 2 ms a read."""
         path = self.name(i)
 
         def check(fd: int) -> None:
@@ -276,8 +282,12 @@ class FileList:
                 check(reader.file(path).fd)
                 return
             with _listed(path) as f:
-                for a, b in spans:
-                    f.pread_into(buf[a:b], a)
+                if len(spans) > 1 and f.network:
+                    pool = deep_io_pool()
+                    results([pool.submit(f.pread_into, buf[a:b], a) for a, b in spans])
+                else:
+                    for a, b in spans:
+                        f.pread_into(buf[a:b], a)
                 check(f.fd)
 
         return fetch
