@@ -45,7 +45,7 @@ from headrace.formats._file_walk import (
     walk,
 )
 from headrace.formats._files import EXTENSIONS, format_of
-from headrace.formats._object_files import check_store_options
+from headrace.formats._object_files import check_store_options, wait_all
 from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.formats._url_glob import ESCAPE_HINT, local_pattern
 from headrace.io import (
@@ -57,7 +57,6 @@ from headrace.io import (
     deep_io_pool,
 )
 from headrace.io import _in_flight as in_flight
-from headrace.io._batch import results
 from headrace.io._file import missing_hint, open_error
 from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
@@ -182,7 +181,7 @@ class FileList:
         blocks the spans touch (those not held fetched by one GET a run of touching
         blocks), not the spans: spans join the rows one read asks, which differ every
         epoch and read-ahead chunk, so entries named by them were rarely found again."""
-        from headrace.formats._object_files import RemoteFile, wait_all
+        from headrace.formats._object_files import RemoteFile
         from headrace.io import ObjectInfo
 
         size, etag = self.sizes[i], self.etags[i]
@@ -284,7 +283,7 @@ class FileList:
             with _listed(path) as f:
                 if len(spans) > 1 and f.network:
                     pool = deep_io_pool()
-                    results([pool.submit(f.pread_into, buf[a:b], a) for a, b in spans])
+                    wait_all([pool.submit(f.pread_into, buf[a:b], a) for a, b in spans])
                 else:
                     for a, b in spans:
                         f.pread_into(buf[a:b], a)
