@@ -142,7 +142,9 @@ def test_headers_on_a_slow_mount_are_counted_many_at_once(slow_mount, tmp_path: 
     assert got["bytes_read"] - before["bytes_read"] < 128 * 128 * 1024, got
 
 
-def test_npy_rows_on_a_slow_mount_are_read_all_at_once(slow_mount, tmp_path: Path) -> None:
+def test_npy_rows_on_a_slow_mount_are_read_all_at_once_and_from_2_mib(
+    slow_mount, tmp_path: Path
+) -> None:
     # Each READ waits 20 ms: on a network or FUSE mount a read's rows of a file (80 KiB
     # each, more than the 64 KiB a read joins across) are read at once, not one pread
     # after another (16 MB files at 2 ms a READ: 1.50 -> 0.33 s for 40 steps of 64).
@@ -159,6 +161,13 @@ def test_npy_rows_on_a_slow_mount_are_read_all_at_once(slow_mount, tmp_path: Pat
     runs = np.sort(got["index"] % 32)
     assert (np.diff(runs) > 1).sum() >= 4, runs  # rows apart: 5 preads or more
     assert m.stats()["max_in_flight"] >= 4, (before, m.stats())
+    # By default, files of 2.5 MiB are read by rows on a mount (from 2 MiB there), whole
+    # on a local disk (from 3.5 MiB); the same rows either way.
+    kw.pop("npy_ranges_above")
+    with FileSource(m.mnt, **kw) as far, FileSource(src, **kw) as near:
+        assert far._by_rows is not None and near._by_rows is None
+        got = far.read(0, np.arange(1, 13))
+        np.testing.assert_array_equal(got["data"], near.read(0, np.arange(1, 13))["data"])
 
 
 def test_a_mount_gone_is_a_storage_error_naming_the_path_and_the_fix(

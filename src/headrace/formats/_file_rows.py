@@ -29,9 +29,12 @@ if TYPE_CHECKING:
 __all__ = ["by_rows", "rows_above"]
 
 
-def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | None:
+def rows_above(
+    config: FileSourceConfig, files: FileList, rows: bool, mount: Callable[[], bool]
+) -> int | None:
     """The size from which the files are read by rows, ``None`` where none is. ``rows``:
-    the files hold several samples each (on a leading axis)."""
+    the files hold several samples each (on a leading axis); ``mount()``: whether any
+    lies on a network or FUSE mount (asked only where ``"auto"`` depends on it)."""
     fmt = file_format(config.format).name  # (an alias or an extension named it, maybe)
     # A tar shard under shuffle="samples" is read by samples whatever its size: its
     # members are where its index says, and a shard of 10,000 fetched for one was 10,000x.
@@ -47,6 +50,9 @@ def rows_above(config: FileSourceConfig, files: FileList, rows: bool) -> int | N
     above = ranges.get(fmt)
     if above == "auto":
         above = ranges_auto(fmt, files.remote)
+        nearer = ranges_auto(fmt, files.remote, mount=True)
+        if nearer < above and max(files.sizes) >= nearer and mount():
+            above = nearer
     if not (
         rows
         and isinstance(above, int)

@@ -173,7 +173,7 @@ class FileSource(Closing):
                 raise
         if self.files.hidden or self.files.special or self.files.other:  # said, not only in a repr
             log.warning("%s: %s", self.files.url, self.files.skipped())
-        self._depth: int | None = None
+        self._far: bool | None = None  # each read a round trip (see _round_trips)
         spf = config.samples_per_file
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
         self.count_stats: CountStats | None = None
@@ -209,7 +209,7 @@ class FileSource(Closing):
         # Reads decode only the samples they ask of each file (see _rows_wanted).
         fmt = self.format.name
         # NPY and NPZ files read by rows under shuffle="samples" (see _file_rows).
-        self._rows_above = rows_above(config, self.files, self._rows)
+        self._rows_above = rows_above(config, self.files, self._rows, self._round_trips)
         self._rows_only = bool(
             self._rows
             and (config.decode or fmt in RECORD_FORMATS)  # decode=False: records' bytes
@@ -389,14 +389,18 @@ class FileSource(Closing):
         """What the object cache did in this process (``None`` without ``cache_dir``)."""
         return None if self.files.cache is None else self.files.cache.stats
 
+    def _round_trips(self) -> bool:
+        """Whether each read is a round trip: object storage, or a file on a network or
+        FUSE mount (asked once: it looks up the mount of every file)."""
+        if self._far is None:
+            f = self.files
+            self._far = f.remote or any_on_network_fs(f.name(i) for i in range(len(f)))
+        return self._far
+
     def _default_depth(self) -> int:
         """64 where each read is a round trip (object stores, network and FUSE mounts:
         measured 3x 16 on a 20 ms mount), 16 when every file is on a local disk."""
-        if self._depth is None:  # once: it looks up the mount of every file
-            f = self.files
-            far = f.remote or any_on_network_fs(f.name(i) for i in range(len(f)))
-            self._depth = DEFAULT_REMOTE_IN_FLIGHT if far else DEFAULT_LOCAL_IN_FLIGHT
-        return self._depth
+        return DEFAULT_REMOTE_IN_FLIGHT if self._round_trips() else DEFAULT_LOCAL_IN_FLIGHT
 
     def _default_in_flight(self) -> int:
         """:meth:`_default_depth`, or fewer (2 at least) where that many of the largest

@@ -14,8 +14,9 @@ GETs all in flight at once (each checked against the listed size and ETag). A
 local file whose header and rows asked are all in memory is read through a map of
 it instead (:meth:`RangedNpy._mapped`): the decode copies the rows from the page cache.
 The bytes of a row are the file's, so batches are those of whole files. Files
-under ``above`` bytes (``npy_ranges_above``: 3.5 MiB locally, 8 MiB on object
-storage) are read whole: there a read by rows cost more than the bytes it saved.
+under ``above`` bytes (``npy_ranges_above``: 3.5 MiB on a local disk, 2 MiB on a
+network or FUSE mount, 8 MiB on object storage) are read whole: there a read by rows
+cost more than the bytes it saved.
 
 A file's header is learned at its first read and kept (a few hundred bytes a
 file, ``HEAD_BYTES`` in all): later reads of it fetch only rows. With
