@@ -450,13 +450,14 @@ def test_folders_are_listed_on_threads_once_slow_as_one_after_another(
         return real(folder)
 
     monkeypatch.setattr(_file_walk, "_listed", timed)
-    # Slow at 1 ms a folder here (200 us in use): a loaded machine's hiccup must not
-    # count as a slow mount.
-    monkeypatch.setattr(_file_walk, "_SLOW_FOLDER_S", 1e-3)
+    # Quick folders first, slow at 250 ms a folder (200 us in use): a loaded machine's
+    # hiccup must not count as a slow mount (at 1 ms one did, in a CI run of 2 cores).
+    monkeypatch.setattr(_file_walk, "_SLOW_FOLDER_S", 0.25)
     quick = _file_walk.walk(root, (".npy",))
     assert threads == {threading.get_ident()}
     assert len(quick.keys) == 40 * 3 + 2 and quick.hidden == 1
     assert "c05/deeper/x.npy" in quick.keys and "c07/linked/z.npy" in quick.keys
+    monkeypatch.setattr(_file_walk, "_SLOW_FOLDER_S", 1e-3)  # then 5 ms a folder: slow
     delay["s"] = 5e-3
     slow = _file_walk.walk(root, (".npy",))
     assert len(threads) > 2
