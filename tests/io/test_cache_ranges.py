@@ -163,3 +163,29 @@ def test_checked_entries_are_remembered_up_to_checked_then_checked_again(
     with pytest.warns(RuntimeWarning, match=r"not what was written \(checksum\)"):
         assert not c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # checked again
     assert c.stats.bad_entries == 1 and not os.path.exists(first)
+
+
+def test_an_entry_that_cannot_be_opened_is_a_miss_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not "no such entry" (a plain miss) but an open that fails (EACCES: another
+    # user's cache): counted as an error, said once naming the entry, read from the store.
+    data = np.random.default_rng(5).integers(0, 256, N, dtype=np.uint8)
+    c = ObjectCache(tmp_path)
+    assert c.write(URL, N, "e", data[:4096], 0)
+    path = c.path(URL, N, "e", 0, 4096)
+    real = os.open
+
+    def refused(name: str, *args: object, **kw: object) -> int:
+        if os.fspath(name) == path:
+            raise PermissionError(13, "Permission denied", name)
+        return real(name, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_mod.os, "open", refused)
+    out = np.zeros(N, np.uint8)
+    with pytest.warns(RuntimeWarning, match=rf"a local read of {path} failed .*ermission denied"):
+        assert not c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)
+    assert c.stats.errors == 1 and c.stats.misses == 1 and c.stats.bad_entries == 0
+    monkeypatch.setattr(cache_mod.os, "open", real)
+    assert c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # kept: read once allowed
+    np.testing.assert_array_equal(out[10:20], data[10:20])

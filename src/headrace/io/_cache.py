@@ -272,7 +272,7 @@ class ObjectCache:
             return None  # (LocalFile says what and counts it)
         try:
             st = os.fstat(fd)
-            key = hash((path, (st.st_dev, st.st_ino)))
+            key = _checked_key(path, (st.st_dev, st.st_ino))
             with self._lock:
                 if st.st_size != want + TRAILER.size or key not in self._checked:
                     return None
@@ -292,7 +292,7 @@ class ObjectCache:
     def _checked_whole(self, path: str, f: LocalFile, size: int) -> bool:
         """Whether entry ``f`` (of ``size`` bytes) holds what was written: checked once
         (its file's identity remembered, ``CHECKED`` entries at most), else removed."""
-        key = hash((path, f.identity))
+        key = _checked_key(path, f.identity)
         with self._lock:
             if key in self._checked:
                 return True
@@ -552,6 +552,12 @@ class ObjectCache:
                 return
             self._warned.add(key)
         warn_user(message, RuntimeWarning)
+
+
+def _checked_key(path: str, identity: tuple[int, int]) -> int:
+    """How ``ObjectCache._checked`` remembers entry ``path`` as the file ``identity``
+    (``(st_dev, st_ino)``): a file renamed over it is another one, checked again."""
+    return hash((path, identity))
 
 
 def _place(tmp: str, path: str) -> bool:
