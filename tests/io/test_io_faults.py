@@ -275,7 +275,10 @@ def test_no_thread_buffer_or_handle_leak(file) -> None:
     # Opened and not closed: a descriptor closed meanwhile (another test's object
     # collected, a server's connection) is not a leak, and made a bare count flaky.
     assert not open_targets() - fds, open_targets() - fds
-    assert _map_count() <= maps
+    # A thread of a server another test left running may map a malloc arena meanwhile
+    # (787 -> 788 after the S3 tests, before any change here); a mapping leaked a cycle
+    # would add ~1,000.
+    assert _map_count() <= maps + 8
     assert grown < 64 * 1024, grown  # one 16-row read is 8 KiB; 1,000 leaked would be 8 MB
 
 
