@@ -7,9 +7,10 @@ Writes 20,000 MDS samples of ~3 KB (``tokens``: 1,000-2,000 uint16 ids; ``id``) 
 40 uncompressed shards of 500 (``--format npy``: 4 NPY files of 4,000 float32 rows of
 4 KiB, 16 MB each, read by rows under ``shuffle="samples"``), serves them as S3
 objects (``_files_s3``, no added
-latency), fills a cache with one epoch (B=64, full shuffle), then runs a short child
-process per tree and round (A, B, then B, A next round), each reading one epoch from
-the warm cache after one untimed epoch (its interpreter and the page cache warm).
+latency), then runs a short child process per tree and round (A, B, then B, A next
+round), each reading one epoch (B=64, full shuffle) from the warm cache after one
+untimed epoch (its interpreter and the page cache warm). Each tree has a cache of its
+own, filled with one epoch by its first child.
 Reports each side's median seconds an epoch, the median of the rounds' paired B/A
 ratios, the bytes each read from the cache's entries and each side's batch digest
 (which must agree).
@@ -21,6 +22,7 @@ block entries are read (A) with the tree after it (B).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -66,8 +68,14 @@ def main() -> None:
     ap.add_argument("--format", choices=("mds", "npy"), default="mds")
     args = ap.parse_args()
     if args.child:
-        epoch(args.endpoint, Path(args.child), args.format)  # untimed
-        seconds, digest, read = epoch(args.endpoint, Path(args.child), args.format)
+        # Each tree its own cache, filled by its first child: a tree that changes the
+        # entries (joins blocks) must not hand them to the other.
+        tree = os.path.abspath(os.environ["PYTHONPATH"])
+        cache = Path(f"{args.child}-{'A' if tree == os.path.abspath(args.a) else 'B'}")
+        if not cache.exists():
+            epoch(args.endpoint, cache, args.format)  # fills it
+        epoch(args.endpoint, cache, args.format)  # untimed
+        seconds, digest, read = epoch(args.endpoint, cache, args.format)
         print(json.dumps({"s": seconds, "digest": digest, "read": read}))
         return
     rng = np.random.default_rng(1)
@@ -87,7 +95,6 @@ def main() -> None:
             write_mds(root / "data" / "raw", {"id": "int", "tokens": "ndarray:uint16"},
                       samples, per_shard=PER_SHARD)  # fmt: skip
         with files_s3(str(root / "data")) as endpoint:
-            epoch(endpoint, root / "cache", args.format)  # fills the cache (this tree's)
             s: dict[str, list[float]] = {"A": [], "B": []}
             seen: dict[str, set[tuple[str, int]]] = {"A": set(), "B": set()}
             passed = [str(root / "cache"), "--endpoint", endpoint, "--format", args.format]

@@ -277,6 +277,48 @@ def test_cache_dir_keeps_what_is_read_and_a_rerun_reads_it_from_local_disk(
             _digest(_remote(s3, url, proxy.endpoint, **kw))
 
 
+def test_shards_whose_blocks_were_all_read_are_joined_and_read_whole(
+    s3: S3Fixture, proxy: LatencyProxy, tmp_path: Path
+) -> None:
+    # Shards of ~200 KB are 4 block entries each; once every block of a shard was read,
+    # they are joined into the shard's whole entry, which later reads take (one entry
+    # opened a read, not one a block), the store refused and never asked.
+    rng = np.random.default_rng(8)
+    samples = [
+        {
+            "id": k,
+            "text": "",
+            "x": rng.standard_normal(16).astype(np.float32),
+            "v": rng.integers(0, 60_000, 1000).astype(np.uint16),
+        }
+        for k in range(400)
+    ]
+    root = tmp_path / "big"
+    write_mds(root, COLUMNS, samples, per_shard=100)
+    url = _upload(s3, root, "mds/joined")
+    cache = tmp_path / "cache"
+
+    def epoch(src: MDSSource, seed: int) -> str:
+        with Loader(src, batch_size=16, seed=seed, steps=25) as loader:
+            return batch_digest(loader)
+
+    want = [epoch(MDSSource(root), seed) for seed in (1, 2, 3)]
+    with _remote(s3, url, proxy.endpoint, cache_dir=cache) as first:
+        # (Looked for at 4, 8, 16... block reads of a shard: by the second epoch.)
+        assert epoch(first, 1) == want[0] and epoch(first, 2) == want[1]
+        assert first.cache_stats is not None and first.cache_stats.joined == 4
+    entries = [p for p in cache.rglob("*") if p.is_file() and p.name != ".headrace-bytes"]
+    assert len(entries) == 4  # the blocks removed
+    proxy.set_faults(
+        [FaultRule(kind="status", status=403, match=f"GET /{BUCKET}/mds/joined/shard")]
+    )
+    with _remote(s3, url, proxy.endpoint, cache_dir=cache) as again:
+        assert epoch(again, 3) == want[2]
+        stats = again.cache_stats
+        assert stats is not None and stats.misses == 0 and stats.hits > 0
+    assert proxy.stats.faults == 0
+
+
 def test_cache_dir_for_a_local_folder_is_refused(dataset: tuple[Path, str], tmp_path: Path) -> None:
     root, _ = dataset
     with pytest.raises(ConfigError, match=r"cache_dir keeps local copies .* on local disk already"):

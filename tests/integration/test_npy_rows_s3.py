@@ -189,6 +189,16 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
         )
 
     later_passes_hit_the_cache(local, cached, 1024, "_by_rows")
+    # By then each object's blocks were all there, and joined into its whole entry: a
+    # read opens one entry, not one a block (and the blocks are gone).
+    src = cached()
+    names = {
+        src.files.cache.path(src.files.cache_key(i), src.files.sizes[i], src.files.etags[i])
+        for i in range(4)
+    }
+    held = {str(p) for p in (tmp_path / "cache").rglob("*") if p.is_file()}
+    assert held - {str(tmp_path / "cache" / ".headrace-bytes")} == names
+    src.close()
 
 
 def test_rows_through_a_full_cache_fetch_their_own_bytes_not_blocks(

@@ -248,6 +248,8 @@ class FileList:
             self.cache.cacheable(etag)  # counted
             return [p for a, b in spans for p in remote.read_pieces(buf[a:b], a)], lambda: None
         cache = (self.cache, self.cache_key(i))
+        if _from_whole(cache, size, etag, spans, buf):  # its blocks joined
+            return [], lambda: None
         fetch, keep = _blocks(cache, size, etag, block, spans, buf)
         futures = [p for a, b in fetch for p in remote.read_pieces(buf[a:b], a)]
         return futures, lambda: _keep_blocks(cache, size, etag, block, keep, buf)
@@ -340,7 +342,10 @@ def _blocks(
     fetched. The blocks it lacks, touching ones joined, are fetched and kept; where the
     cache can no longer write (full: it never evicts), only the spans' own bytes of them
     are fetched, as without blocks, and nothing is kept (a whole block for each row
-    would cost 16 times a 4 KiB row's bytes on every read, for nothing)."""
+    would cost 16 times a 4 KiB row's bytes on every read, for nothing). The blocks
+    read are counted, for the cache to join them into the whole entry once all are
+    there (:meth:`ObjectCache.blocks_read`); a read that finds a block gone meanwhile
+    reads the whole entry."""
     found, name = cache
     within: dict[int, list[tuple[int, int]]] = {}  # each touched block's bits of the spans
     for a, b in spans:
@@ -351,11 +356,29 @@ def _blocks(
         a, b = k * block, min((k + 1) * block, size)
         if not found.read_ranges(name, size, etag, within[k], buf, a, b - a):
             missing.append((a, b))
+    if missing and _from_whole(cache, size, etag, spans, buf):  # joined meanwhile
+        return [], []
+    found.blocks_read(name, size, etag, block, len(within))
     runs = merge_ranges(missing)
     if found.writing:
         return runs, runs
     bits = [(max(a, x), min(b, y)) for x, y in runs for a, b in spans if a < y and b > x]
     return merge_ranges(bits, gap=block), []  # a GET for spans a block apart, as uncached
+
+
+def _from_whole(
+    cache: tuple[ObjectCache, str],
+    size: int,
+    etag: str,
+    spans: list[tuple[int, int]],
+    buf: NDArray[np.uint8],
+) -> bool:
+    """Whether the spans were read into ``buf`` from the object's whole entry (one
+    ``stat`` where there is none, not counted as a miss)."""
+    found, name = cache
+    if not os.path.exists(found.path(name, size, etag)):
+        return False
+    return found.read_ranges(name, size, etag, spans, buf)
 
 
 def _keep_blocks(

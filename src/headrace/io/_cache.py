@@ -46,6 +46,7 @@ import os
 import secrets
 import threading
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -79,6 +80,9 @@ CHECK_PIECE = 1 << 20
 #: ordered dict of names and files held 32,768 (2 GiB of blocks) in ~11 MB: a warm epoch
 #: of a larger cache read every block whole and its checksum for each row it asked.
 CHECKED = 1 << 18
+#: The objects read by blocks a process counts the block reads of, to join their blocks
+#: (:meth:`ObjectCache.blocks_read`); past them, the least recently read is forgotten.
+JOINING = 1 << 16
 
 # Write errors after which this process stops trying.
 _STOP_WRITING = frozenset(
@@ -95,7 +99,9 @@ class CacheStats:
     ``full``: objects not written because the cache was full; ``uncacheable``:
     objects without a strong ETag (none, or a weak ``W/"..."``); ``bad_entries``:
     entries of the wrong size, removed; ``errors``: local reads or writes that
-    failed (the store served).
+    failed (the store served); ``joined``: objects whose block entries this
+    process joined into one whole entry (:meth:`ObjectCache.blocks_read`; not
+    counted in ``written``: no byte came from the store).
     """
 
     hits: int = 0
@@ -107,6 +113,7 @@ class CacheStats:
     uncacheable: int = 0
     bad_entries: int = 0
     errors: int = 0
+    joined: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -135,6 +142,9 @@ class ObjectCache:
         self._swept = False  # dead writers' temporaries removed, at this one's first write
         # Whole entries read by ranges whose checksum this process checked (see read_ranges).
         self._checked: set[int] = set()
+        # Objects read by blocks: hash of (url, size, etag) -> (block reads, the count at
+        # which to look for all of its blocks next), least recently read first.
+        self._block_reads: dict[int, tuple[int, int]] = {}
 
     #: Bytes each entry adds to the data it keeps (its checksum trailer).
     TRAILER_BYTES = TRAILER.size
@@ -248,6 +258,83 @@ class ObjectCache:
                 self._miss()
                 return False
         self._hit(sum(b - a for a, b in spans))
+        return True
+
+    def blocks_read(self, url: str, size: int, etag: str, block: int, n: int) -> None:
+        """Count ``n`` reads of the object's ``block``-byte blocks (each an entry of its
+        own: :func:`headrace.formats._file_list.FileList.fetch_ranges`); once this
+        process has counted as many as the object has blocks (then twice that, and so
+        on), if every block is there, join them into the object's whole entry and
+        remove them. A read of rows then opens one entry, not one a block: a warm
+        epoch of 16,000 rows of 4 KiB from 4 objects of 16 MB opened 16,000 block
+        entries (0.38 s; 0.22 once joined; 0.11-0.17 from local files)."""
+        blocks = -(-size // block)
+        if blocks < 2 or n <= 0:  # (one block is the whole entry)
+            return
+        key = hash((url, size, etag))
+        with self._lock:
+            seen, due = self._block_reads.pop(key, (0, blocks))
+            seen += n
+            look = seen >= due
+            if look:
+                due = 2 * seen
+            if len(self._block_reads) >= JOINING:
+                del self._block_reads[next(iter(self._block_reads))]
+            self._block_reads[key] = (seen, due)
+        if look and self._join(url, size, etag, block):
+            with self._lock:
+                self._block_reads.pop(key, None)
+
+    def _join(self, url: str, size: int, etag: str, block: int) -> bool:
+        """Write the object's whole entry from its ``block``-byte block entries, each
+        checked against its checksum (one ``block`` of memory at a time), then remove
+        them; whether the whole entry is there. Nothing is written unless every block
+        is there and good (a damaged one is left to the read that finds it), or
+        where the whole entry would not fit (the blocks stay: a cache full by this
+        count is not full for blocks)."""
+        whole = self.path(url, size, etag)
+        if os.path.exists(whole):
+            return True
+        if not self.writing:
+            return False
+        starts = range(0, size, block)
+        paths = [self.path(url, size, etag, a, min(block, size - a)) for a in starts]
+        if not all(map(os.path.exists, paths)):
+            return False
+        self._sweep()
+        found: list[tuple[str, tuple[int, int]]] = []
+        buf = np.empty(block + TRAILER.size, np.uint8)
+
+        def blocks() -> Iterator[memoryview]:
+            for a, path in zip(starts, paths, strict=True):
+                n = min(block, size - a)
+                got = buf[: n + TRAILER.size]
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        st = os.fstat(fd)
+                        if st.st_size != got.size or os.preadv(fd, [cast(Any, got)], 0) != got.size:
+                            raise _Abandon
+                    finally:
+                        os.close(fd)
+                except OSError as exc:  # removed meanwhile, or unreadable
+                    raise _Abandon from exc
+                magic, kept, length = TRAILER.unpack(got[n:].tobytes())
+                if (
+                    magic != MAGIC
+                    or length != n
+                    or kept != zlib.crc32(got[:n].data, name_seed(path))
+                ):
+                    raise _Abandon
+                found.append((path, (st.st_dev, st.st_ino)))
+                yield got[:n].data
+
+        if not self._put(whole, size, blocks(), count_full=False):
+            return os.path.exists(whole)  # (another process's join may have put it)
+        for path, identity in found:
+            self._space.remove(path, identity)
+        with self._lock:
+            self.stats.joined += 1
         return True
 
     def _read_checked(
@@ -380,17 +467,27 @@ class ObjectCache:
         they fit; whether they were written."""
         self._sweep()
         view = memoryview(data).cast("B")
-        n = view.nbytes
-        path = self.path(url, size, etag, offset, n)
+        path = self.path(url, size, etag, offset, view.nbytes)
         if os.path.exists(path):
             # Another process read the same object meanwhile (ranks reading one token
             # file) and kept it: writing it again would count its bytes twice.
             return False
+        if not self._put(path, view.nbytes, [view]):
+            return False
+        with self._lock:
+            self.stats.written += 1
+            self.stats.written_bytes += view.nbytes
+        return True
+
+    def _put(self, path: str, n: int, parts: Iterable[Any], count_full: bool = True) -> bool:
+        """Write entry ``path``: the ``n`` bytes ``parts`` yields (buffers, one at a time:
+        the next may reuse the last one's memory; :class:`_Abandon` from it drops the
+        entry), then their checksum; whether it was put in place. ``count_full``: a
+        cache without room for it counts as full (no more writes in this process)."""
         need = self._space.on_disk(n + TRAILER.size)
-        reserved = self._reserve(need)
+        reserved = self._reserve(need) if count_full else self._space.reserve(need)
         if reserved is None:
             return False
-        trailer = TRAILER.pack(MAGIC, zlib.crc32(view, name_seed(path)), n)
         tmp = f"{path}{TMP}{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -399,10 +496,14 @@ class ObjectCache:
             held = hold(fd)
             try:
                 try:
-                    for part in (view, memoryview(trailer)):
-                        done = 0
-                        while done < part.nbytes:
-                            done += os.write(fd, part[done:])
+                    crc, wrote = name_seed(path), 0
+                    for part in parts:
+                        view = memoryview(part).cast("B")
+                        crc = zlib.crc32(view, crc)
+                        wrote += _write_all(fd, view)
+                    if wrote != n:  # (a caller's bug: never an entry of the wrong size)
+                        raise _Abandon
+                    _write_all(fd, memoryview(TRAILER.pack(MAGIC, crc, n)))
                 finally:
                     os.close(fd)
                 # Renamed under the byte count's lock, so a measure of the directory (a
@@ -414,12 +515,14 @@ class ObjectCache:
             finally:
                 if held is not None:
                     os.close(held)
-        except OSError as exc:
+        except (OSError, _Abandon) as exc:
             self._space.give_back(reserved)
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            if isinstance(exc, _Abandon):
+                return False
             if exc.errno in _STOP_WRITING:  # every later write would fail the same way
                 with self._lock:
                     self.stats.errors += 1
@@ -432,9 +535,6 @@ class ObjectCache:
                 with self._lock:
                     self.stats.full += 1
             return False
-        with self._lock:
-            self.stats.written += 1
-            self.stats.written_bytes += n
         return True
 
     def _reserve(self, size: int) -> Reservation | None:
@@ -558,6 +658,17 @@ def _checked_key(path: str, identity: tuple[int, int]) -> int:
     """How ``ObjectCache._checked`` remembers entry ``path`` as the file ``identity``
     (``(st_dev, st_ino)``): a file renamed over it is another one, checked again."""
     return hash((path, identity))
+
+
+class _Abandon(Exception):
+    """An entry's bytes turned out not to be there (a block gone): write nothing."""
+
+
+def _write_all(fd: int, view: memoryview) -> int:
+    done = 0
+    while done < view.nbytes:
+        done += os.write(fd, view[done:])
+    return done
 
 
 def _place(tmp: str, path: str) -> bool:

@@ -1,0 +1,126 @@
+"""An object's block entries joined into its whole entry (ObjectCache.blocks_read): once,
+when every block is there and good, streaming them (no object-sized buffer), counted
+in the shared byte count, and never where the whole would not fit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.io import ObjectCache
+from headrace.io import _cache_files as cache_files
+
+URL = "|s3://bucket/data/rows.npy"
+BLOCK = 4096
+SIZE = 10 * BLOCK + 100  # 11 blocks, the last short
+DATA = np.random.default_rng(0).integers(0, 256, SIZE, dtype=np.uint8)
+
+
+def entries(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != cache_files.LEDGER)
+
+
+def with_blocks(root: Path, cache_bytes: int | None = None, skip: int | None = None) -> ObjectCache:
+    c = ObjectCache(root, cache_bytes)
+    for a in range(0, SIZE, BLOCK):
+        if a != skip:
+            assert c.write(URL, SIZE, "e", DATA[a : a + BLOCK], a)
+    return c
+
+
+def spans_read(c: ObjectCache, spans: list[tuple[int, int]]) -> np.ndarray:
+    out = np.zeros(SIZE, np.uint8)
+    assert c.read_ranges(URL, SIZE, "e", spans, out)
+    return out
+
+
+def test_blocks_are_joined_once_as_many_block_reads_as_blocks_were_counted(
+    tmp_path: Path,
+) -> None:
+    c = with_blocks(tmp_path)
+    blocks = entries(tmp_path)
+    assert len(blocks) == 11
+    c.blocks_read(URL, SIZE, "e", BLOCK, 10)  # one short of a read a block: not looked at
+    assert c.stats.joined == 0 and entries(tmp_path) == blocks
+    c.blocks_read(URL, SIZE, "e", BLOCK, 1)
+    assert c.stats.joined == 1 and c.stats.written == 11  # (the join's bytes were local)
+    (whole,) = entries(tmp_path)
+    assert whole == Path(c.path(URL, SIZE, "e"))
+    spans = [(0, 10), (5000, 9000), (SIZE - 7, SIZE)]
+    out = spans_read(c, spans)
+    for a, b in spans:
+        np.testing.assert_array_equal(out[a:b], DATA[a:b])
+    # The byte count took the blocks off and the whole on: as measured again.
+    assert c._space._used == cache_files.measure(str(tmp_path))
+    # Another process's count (a new cache) finds the whole and writes nothing.
+    again = ObjectCache(tmp_path)
+    again.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert again.stats.joined == 0 and entries(tmp_path) == [whole]
+
+
+def test_an_object_missing_a_block_is_looked_at_again_after_twice_the_reads(
+    tmp_path: Path,
+) -> None:
+    c = with_blocks(tmp_path, skip=3 * BLOCK)
+    c.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert c.stats.joined == 0 and len(entries(tmp_path)) == 10
+    assert c.write(URL, SIZE, "e", DATA[3 * BLOCK : 4 * BLOCK], 3 * BLOCK)
+    c.blocks_read(URL, SIZE, "e", BLOCK, 10)  # 21 reads: next look at 22
+    assert c.stats.joined == 0
+    c.blocks_read(URL, SIZE, "e", BLOCK, 1)
+    assert c.stats.joined == 1 and len(entries(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("damage", ["flipped", "short", "gone"])
+def test_a_bad_block_stops_the_join_and_leaves_no_temporary(tmp_path: Path, damage: str) -> None:
+    c = with_blocks(tmp_path)
+    path = Path(c.path(URL, SIZE, "e", 7 * BLOCK, BLOCK))
+    raw = bytearray(path.read_bytes())
+    if damage == "flipped":
+        raw[100] ^= 1
+        path.write_bytes(bytes(raw))
+    elif damage == "short":
+        path.write_bytes(bytes(raw[:-1]))
+    # "gone": removed by a prune after the join saw every block there.
+    real = os.path.exists
+
+    def exists(p: object) -> bool:
+        found = real(p)  # type: ignore[arg-type]
+        if damage == "gone" and str(p) == str(path) and found:
+            path.unlink()  # looked at, then removed before the join reads it
+        return found
+
+    used = c._space._used
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os.path, "exists", exists)
+        c.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert c.stats.joined == 0 and not Path(c.path(URL, SIZE, "e")).exists()
+    assert not any(cache_files.TMP in p.name for p in entries(tmp_path))
+    assert len(entries(tmp_path)) == (10 if damage == "gone" else 11)  # the rest kept
+    assert c._space._used == used  # the whole's room given back
+    assert c.writing  # nothing said full or stopped
+    if damage == "flipped":  # the read that finds it removes it, as for any entry
+        out = np.zeros(SIZE, np.uint8)
+        with pytest.warns(RuntimeWarning, match="checksum"):
+            assert not c.read_ranges(URL, SIZE, "e", [(0, 10)], out, 7 * BLOCK, BLOCK)
+
+
+def test_no_join_where_the_whole_would_not_fit_and_blocks_still_fit(tmp_path: Path) -> None:
+    # 11 blocks of 4 KiB take 88 KiB of disk (8 KiB each with its trailer); the whole
+    # another 44 KiB, over cache_bytes: the
+    # blocks stay, and the cache is not full for the next objects' blocks.
+    c = with_blocks(tmp_path, cache_bytes=100 << 10)
+    c.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert c.stats.joined == 0 and c.stats.full == 0 and c.writing
+    assert len(entries(tmp_path)) == 11
+    assert c.write(URL + "2", SIZE, "e", DATA[:BLOCK], 0)  # room for a block still
+
+
+def test_a_one_block_object_is_its_own_whole_entry(tmp_path: Path) -> None:
+    c = ObjectCache(tmp_path)
+    assert c.write(URL, 1000, "e", DATA[:1000], 0)
+    c.blocks_read(URL, 1000, "e", BLOCK, 5)
+    assert c.stats.joined == 0 and entries(tmp_path) == [Path(c.path(URL, 1000, "e"))]
