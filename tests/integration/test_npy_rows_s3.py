@@ -3,6 +3,7 @@ header and the rows a read asks, not one whole-object GET per sample."""
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ import pytest
 from _cache_passes import later_passes_hit_the_cache
 from s3util import BUCKET, FAST_RETRY, S3Fixture
 
-from headrace.errors import FormatError
+from headrace.errors import FormatError, StorageError
 from headrace.formats import FileSource
+from headrace.formats._sparse import MappedImage
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -199,6 +201,45 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
     held = {str(p) for p in (tmp_path / "cache").rglob("*") if p.is_file()}
     assert held - {str(tmp_path / "cache" / ".headrace-bytes")} == names
     src.close()
+
+
+def test_rows_of_objects_whose_blocks_were_joined_are_read_through_a_map(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Once joined, an object's whole entry is a local file: a read whose rows' pages are
+    # in memory maps it and the decode copies the rows from the page cache, as for a
+    # local file (a warm epoch of 4 KiB rows: 0.22 -> ~0.12 s), not one pread a row
+    # into a buffer of the object's size. An entry cut short under the map is refused.
+    rng = np.random.default_rng(6)
+    for i in range(4):  # 4 objects of 1,024 rows of 4 KiB (4 MiB)
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
+    _put(s3, tmp_path, "npyrows/mapped")
+    kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
+    local = FileSource(tmp_path, format="npy", **kw)
+    want = _digest(local, steps=64, batch=64)
+
+    def cached() -> FileSource:
+        return _source(s3, "npyrows/mapped", cache_dir=tmp_path / "cache", **kw)
+
+    for _ in range(2):  # fills the blocks, then joins them
+        src = cached()
+        assert _digest(src, steps=64, batch=64) == want
+        src.close()
+    src = cached()
+    assert _digest(src, steps=64, batch=64) == want
+    assert src._by_rows is not None and src._by_rows.mapped > 0
+    stats = src.cache_stats
+    assert stats is not None and stats.misses == 0 and stats.hit_bytes >= 4 * (4 << 20)
+    assert src.files.store.stats.bytes == 0
+    image = src._by_rows.image(0, np.arange(0, 1024, 4))
+    assert isinstance(image, MappedImage)
+    entry = src.files.cache.path(src.files.cache_key(0), src.files.sizes[0], src.files.etags[0])
+    os.truncate(entry, 1 << 20)
+    with pytest.raises(StorageError, match=r"0\.npy: its cache entry was cut to 1048576 bytes"):
+        image.want(np.arange(4))
+    image.file.close()
+    src.close()
+    local.close()
 
 
 def test_rows_through_a_full_cache_fetch_their_own_bytes_not_blocks(

@@ -12,6 +12,7 @@ import pytest
 
 from headrace.io import ObjectCache
 from headrace.io import _cache_files as cache_files
+from headrace.io import _file as file_mod
 
 URL = "|s3://bucket/data/rows.npy"
 BLOCK = 4096
@@ -124,3 +125,27 @@ def test_a_one_block_object_is_its_own_whole_entry(tmp_path: Path) -> None:
     assert c.write(URL, 1000, "e", DATA[:1000], 0)
     c.blocks_read(URL, 1000, "e", BLOCK, 5)
     assert c.stats.joined == 0 and entries(tmp_path) == [Path(c.path(URL, 1000, "e"))]
+
+
+def test_a_whole_entry_is_opened_to_map_once_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = ObjectCache(tmp_path)
+    assert c.open_whole(URL, SIZE, "e") is None and c.stats.misses == 0  # none: not a miss
+    assert c.write(URL, SIZE, "e", DATA)
+    f = c.open_whole(URL, SIZE, "e")
+    assert f is not None
+    with f:
+        np.testing.assert_array_equal(np.frombuffer(f.mapped, np.uint8)[:SIZE], DATA)
+    # On a network or FUSE mount (a page the storage fails is SIGBUS there): not mapped.
+    monkeypatch.setattr(file_mod, "on_network_fs", lambda path: True)
+    assert c.open_whole(URL, SIZE, "e") is None
+    monkeypatch.undo()
+    # A damaged one is removed, as by any read.
+    path = Path(c.path(URL, SIZE, "e"))
+    raw = bytearray(path.read_bytes())
+    raw[5] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.warns(RuntimeWarning, match="checksum"):
+        assert ObjectCache(tmp_path).open_whole(URL, SIZE, "e") is None
+    assert not path.exists()

@@ -309,6 +309,27 @@ class FileList:
             raise
         return f
 
+    def cached_map(self, i: int) -> LocalFile | None:
+        """Object ``i``'s whole entry in the cache, open and checked, to map; ``None``
+        where there is none, or it cannot be mapped (see :meth:`ObjectCache.open_whole`)."""
+        etag = self.etags[i]
+        if self.cache is None or self.cache_key is None or etag is None or etag.startswith("W/"):
+            return None
+        return self.cache.open_whole(self.cache_key(i), self.sizes[i], etag)
+
+    def check_entry(self, i: int, fd: int) -> None:
+        """Refuse to read the map of object ``i``'s cache entry (``fd``) unless it still
+        holds the object's bytes and its checksum: an entry cut short under a map is
+        ``SIGBUS`` at the read (no writer of the cache does so; something else might)."""
+        now, want = os.fstat(fd).st_size, self.sizes[i] + ObjectCache.TRAILER_BYTES
+        if now != want:
+            raise StorageError(
+                errno.ESTALE,
+                f"{self.name(i)}: its cache entry was cut to {now} bytes under a read (it "
+                f"held {want}); remove the cache directory's damaged entries "
+                "(headrace cache DIR --clear) and run again",
+            )
+
     def check_listed(self, i: int, fd: int) -> None:
         """Refuse bytes just read from ``fd``, local file ``i``'s descriptor, unless the
         file is the version listed: its size, device, inode and mtime (see

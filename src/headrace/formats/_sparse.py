@@ -257,10 +257,11 @@ def _in_map(spans: list[Span], buf: NDArray[np.uint8]) -> None:
 
 
 class MappedImage(SparseImage):
-    """A local file's image through a read-only map of it (``file``, kept open while
-    the image lives): every byte is there, nothing is fetched; :meth:`fill` counts the
-    bytes a read asks (``nbytes``: the header and the rows, each time they are asked),
-    which the decode copies from the map, from the page cache where their pages are
+    """A local file's image (or an object's, through its whole cache entry) through a
+    read-only map of it (``file``, kept open while the image lives): every byte is
+    there, nothing is fetched; :meth:`fill` counts the bytes a read asks (``nbytes``:
+    the header and the rows, each time they are asked), which the decode copies from
+    the map, from the page cache where their pages are
     (files are mapped only where the pages a read asks are: see
     :class:`~headrace.formats._npy_ranges.RangedNpy`).
 
@@ -272,9 +273,13 @@ class MappedImage(SparseImage):
     of the map (a batch must not hold a file's pages: its owner may truncate it).
     """
 
-    def __init__(self, file: LocalFile, name: str, check: Callable[[int], None]) -> None:
-        view = np.frombuffer(file.mapped, np.uint8)
-        super().__init__(file.size, _in_map, name, mapped=view)
+    def __init__(
+        self, file: LocalFile, name: str, check: Callable[[int], None], size: int | None = None
+    ) -> None:
+        # ``size``: the image's bytes, the file's first (a cache entry's: its checksum after).
+        size = file.size if size is None else size
+        view = np.frombuffer(file.mapped, np.uint8)[:size]
+        super().__init__(size, _in_map, name, mapped=view)
         self.file = file
         self._check = check
 

@@ -220,7 +220,7 @@ class ObjectCache:
                 return False
             if not self._good(path, f, trailer, want, zlib.crc32(out.data, name_seed(path))):
                 return False
-        self._hit(want)
+        self.hit(want)
         return True
 
     def read_ranges(
@@ -257,8 +257,35 @@ class ObjectCache:
                 self._failed("read", path, exc)
                 self._miss()
                 return False
-        self._hit(sum(b - a for a, b in spans))
+        self.hit(sum(b - a for a, b in spans))
         return True
+
+    def open_whole(self, url: str, size: int, etag: str) -> LocalFile | None:
+        """The object's whole entry, open and checked (its checksum read through once a
+        process), for the caller to map, read (counting the bytes: :meth:`hit`) and
+        close; ``None`` where there is none (not counted: the caller reads another
+        way), or it is not good (counted as any read), or on a network or FUSE mount
+        or a filesystem that cannot map (where a page the storage fails is
+        ``SIGBUS``, not an error)."""
+        path = self.path(url, size, etag)
+        if not os.path.exists(path):
+            return None
+        f = self._open(path, size)
+        if f is None:
+            return None
+        try:
+            if not self._checked_whole(path, f, size):
+                f.close()
+                return None
+            if f.network or not f.mappable:
+                f.close()
+                return None
+        except StorageError as exc:
+            f.close()
+            self._failed("read", path, exc)
+            self._miss()
+            return None
+        return f
 
     def blocks_read(self, url: str, size: int, etag: str, block: int, n: int) -> None:
         """Count ``n`` reads of the object's ``block``-byte blocks (each an entry of its
@@ -373,7 +400,7 @@ class ObjectCache:
             return False
         finally:
             os.close(fd)
-        self._hit(sum(b - a for a, b in spans))
+        self.hit(sum(b - a for a, b in spans))
         return True
 
     def _checked_whole(self, path: str, f: LocalFile, size: int) -> bool:
@@ -435,7 +462,9 @@ class ObjectCache:
         self._miss()
         return False
 
-    def _hit(self, n: int) -> None:
+    def hit(self, n: int) -> None:
+        """Count a read of ``n`` bytes served from an entry (by the caller, from a map
+        of one: :meth:`open_whole`)."""
         with self._lock:
             self.stats.hits += 1
             self.stats.hit_bytes += n
