@@ -308,7 +308,7 @@ def test_shards_whose_blocks_were_all_read_are_joined_and_read_whole(
         assert epoch(first, 1) == want[0] and epoch(first, 2) == want[1]
         assert first.cache_stats is not None and first.cache_stats.joined == 4
     entries = [p for p in cache.rglob("*") if p.is_file() and p.name != ".headrace-bytes"]
-    assert len(entries) == 4  # the blocks removed
+    assert len(entries) == 8  # each shard's whole entry and block checksums: no block
     proxy.set_faults(
         [FaultRule(kind="status", status=403, match=f"GET /{BUCKET}/mds/joined/shard")]
     )

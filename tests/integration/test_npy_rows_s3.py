@@ -194,9 +194,14 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
     # By then each object's blocks were all there, and joined into its whole entry: a
     # read opens one entry, not one a block (and the blocks are gone).
     src = cached()
+    files, cache = src.files, src.files.cache
     names = {
-        src.files.cache.path(src.files.cache_key(i), src.files.sizes[i], src.files.etags[i])
+        p
         for i in range(4)
+        for p in (
+            cache.path(files.cache_key(i), files.sizes[i], files.etags[i]),
+            cache._table_path(files.cache_key(i), files.sizes[i], files.etags[i]),
+        )
     }
     held = {str(p) for p in (tmp_path / "cache").rglob("*") if p.is_file()}
     assert held - {str(tmp_path / "cache" / ".headrace-bytes")} == names

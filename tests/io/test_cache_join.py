@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from headrace.io import ObjectCache
+from headrace.io import _cache as cache_mod
 from headrace.io import _cache_files as cache_files
 from headrace.io import _file as file_mod
 
@@ -48,8 +49,9 @@ def test_blocks_are_joined_once_as_many_block_reads_as_blocks_were_counted(
     assert c.stats.joined == 0 and entries(tmp_path) == blocks
     c.blocks_read(URL, SIZE, "e", BLOCK, 1)
     assert c.stats.joined == 1 and c.stats.written == 11  # (the join's bytes were local)
-    (whole,) = entries(tmp_path)
-    assert whole == Path(c.path(URL, SIZE, "e"))
+    whole, table = Path(c.path(URL, SIZE, "e")), Path(c._table_path(URL, SIZE, "e"))
+    assert entries(tmp_path) == sorted([whole, table])  # the blocks gone
+    assert table.stat().st_size == 4 * 12 + ObjectCache.TRAILER_BYTES  # block size, 11 CRCs
     spans = [(0, 10), (5000, 9000), (SIZE - 7, SIZE)]
     out = spans_read(c, spans)
     for a, b in spans:
@@ -59,7 +61,7 @@ def test_blocks_are_joined_once_as_many_block_reads_as_blocks_were_counted(
     # Another process's count (a new cache) finds the whole and writes nothing.
     again = ObjectCache(tmp_path)
     again.blocks_read(URL, SIZE, "e", BLOCK, 11)
-    assert again.stats.joined == 0 and entries(tmp_path) == [whole]
+    assert again.stats.joined == 0 and entries(tmp_path) == sorted([whole, table])
 
 
 def test_an_object_missing_a_block_is_looked_at_again_after_twice_the_reads(
@@ -72,7 +74,7 @@ def test_an_object_missing_a_block_is_looked_at_again_after_twice_the_reads(
     c.blocks_read(URL, SIZE, "e", BLOCK, 10)  # 21 reads: next look at 22
     assert c.stats.joined == 0
     c.blocks_read(URL, SIZE, "e", BLOCK, 1)
-    assert c.stats.joined == 1 and len(entries(tmp_path)) == 1
+    assert c.stats.joined == 1 and len(entries(tmp_path)) == 2  # the whole, its table
 
 
 @pytest.mark.parametrize("damage", ["flipped", "short", "gone"])
@@ -131,15 +133,16 @@ def test_a_whole_entry_is_opened_to_map_once_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c = ObjectCache(tmp_path)
-    assert c.open_whole(URL, SIZE, "e") is None and c.stats.misses == 0  # none: not a miss
+    spans = [(0, SIZE)]
+    assert c.open_whole(URL, SIZE, "e", spans) is None and c.stats.misses == 0  # not a miss
     assert c.write(URL, SIZE, "e", DATA)
-    f = c.open_whole(URL, SIZE, "e")
+    f = c.open_whole(URL, SIZE, "e", spans)
     assert f is not None
     with f:
         np.testing.assert_array_equal(np.frombuffer(f.mapped, np.uint8)[:SIZE], DATA)
     # On a network or FUSE mount (a page the storage fails is SIGBUS there): not mapped.
     monkeypatch.setattr(file_mod, "on_network_fs", lambda path: True)
-    assert c.open_whole(URL, SIZE, "e") is None
+    assert c.open_whole(URL, SIZE, "e", spans) is None
     monkeypatch.undo()
     # A damaged one is removed, as by any read.
     path = Path(c.path(URL, SIZE, "e"))
@@ -147,5 +150,89 @@ def test_a_whole_entry_is_opened_to_map_once_checked(
     raw[5] ^= 1
     path.write_bytes(bytes(raw))
     with pytest.warns(RuntimeWarning, match="checksum"):
-        assert ObjectCache(tmp_path).open_whole(URL, SIZE, "e") is None
+        assert ObjectCache(tmp_path).open_whole(URL, SIZE, "e", spans) is None
     assert not path.exists()
+
+
+def joined(root: Path) -> ObjectCache:
+    c = with_blocks(root)
+    c.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert c.stats.joined == 1
+    return ObjectCache(root)  # another process: nothing checked yet
+
+
+def flip(path: Path, at: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 1
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("how", ["ranges", "map"])
+def test_a_joined_entry_is_checked_a_block_at_a_time_as_its_blocks_are_read(
+    tmp_path: Path, how: str
+) -> None:
+    # A whole entry's own checksum covers all of it: each process read it through at its
+    # first read, where before the join it checked only the blocks it touched (64
+    # processes reading a sixty-fourth of the rows each: every object 64 times over).
+    c = joined(tmp_path)
+    whole = Path(c.path(URL, SIZE, "e"))
+    flip(whole, 8 * BLOCK + 5)  # damage in block 8 only
+
+    def read(spans: list[tuple[int, int]]) -> bool:
+        if how == "ranges":
+            out = np.zeros(SIZE, np.uint8)
+            ok = c.read_ranges(URL, SIZE, "e", spans, out)
+            for a, b in spans if ok else ():
+                np.testing.assert_array_equal(out[a:b], DATA[a:b])
+            return ok
+        f = c.open_whole(URL, SIZE, "e", spans)
+        if f is not None:
+            f.close()
+        return f is not None
+
+    assert read([(10, 20), (3 * BLOCK + 1, 3 * BLOCK + 9)])  # blocks 0 and 3: good
+    assert read([(5 * BLOCK, 5 * BLOCK + 1)])
+    with pytest.warns(RuntimeWarning, match=r"checksum"):
+        assert not read([(8 * BLOCK, 8 * BLOCK + 1)])  # the damaged block: refused
+    assert not whole.exists() and c.stats.bad_entries == 1
+
+
+def test_without_its_table_a_joined_entry_is_checked_whole(tmp_path: Path) -> None:
+    c = joined(tmp_path)
+    Path(c._table_path(URL, SIZE, "e")).unlink()  # pruned, say
+    flip(Path(c.path(URL, SIZE, "e")), 8 * BLOCK + 5)
+    out = np.zeros(SIZE, np.uint8)
+    with pytest.warns(RuntimeWarning, match=r"checksum"):
+        assert not c.read_ranges(URL, SIZE, "e", [(10, 20)], out)  # block 0, damage in 8
+
+
+@pytest.mark.parametrize("damage", ["flipped", "short"])
+def test_a_damaged_table_is_removed_and_the_entry_checked_whole(
+    tmp_path: Path, damage: str
+) -> None:
+    c = joined(tmp_path)
+    table = Path(c._table_path(URL, SIZE, "e"))
+    if damage == "flipped":
+        flip(table, 9)
+    else:
+        table.write_bytes(table.read_bytes()[4:])
+    out = np.zeros(SIZE, np.uint8)
+    with pytest.warns(RuntimeWarning, match=r"block checksums that are not what was written"):
+        assert c.read_ranges(URL, SIZE, "e", [(10, 20)], out)  # the entry itself is good
+    assert not table.exists() and c.stats.bad_entries == 1
+    np.testing.assert_array_equal(out[10:20], DATA[10:20])
+
+
+def test_once_each_of_its_blocks_was_checked_a_joined_entry_is_checked(tmp_path: Path) -> None:
+    # Then its reads take the quick way (no look-up of each read's blocks: a warm epoch
+    # that did took 1.18x as long); a block checked twice counts once.
+    c = joined(tmp_path)
+    path = c.path(URL, SIZE, "e")
+    st = os.stat(path)
+    key = cache_mod._checked_key(path, (st.st_dev, st.st_ino))
+    out = np.zeros(SIZE, np.uint8)
+    for k in [*range(10), 3, 3]:  # all but the last block, 3 thrice
+        assert c.read_ranges(URL, SIZE, "e", [(k * BLOCK, k * BLOCK + 1)], out)
+    assert key not in c._checked
+    assert c.read_ranges(URL, SIZE, "e", [(SIZE - 1, SIZE)], out)
+    assert key in c._checked and key not in c._tables

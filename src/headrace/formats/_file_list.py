@@ -57,6 +57,7 @@ from headrace.io import (
     deep_io_pool,
 )
 from headrace.io import _in_flight as in_flight
+from headrace.io._cache import Spans
 from headrace.io._file import missing_hint, open_error
 from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
@@ -309,13 +310,14 @@ class FileList:
             raise
         return f
 
-    def cached_map(self, i: int) -> LocalFile | None:
-        """Object ``i``'s whole entry in the cache, open and checked, to map; ``None``
-        where there is none, or it cannot be mapped (see :meth:`ObjectCache.open_whole`)."""
+    def cached_map(self, i: int, spans: Spans) -> LocalFile | None:
+        """Object ``i``'s whole entry in the cache, open and its bytes ``spans``
+        checked, to map; ``None`` where there is none, or it cannot be mapped (see
+        :meth:`ObjectCache.open_whole`)."""
         etag = self.etags[i]
         if self.cache is None or self.cache_key is None or etag is None or etag.startswith("W/"):
             return None
-        return self.cache.open_whole(self.cache_key(i), self.sizes[i], etag)
+        return self.cache.open_whole(self.cache_key(i), self.sizes[i], etag, spans)
 
     def check_entry(self, i: int, fd: int) -> None:
         """Refuse to read the map of object ``i``'s cache entry (``fd``) unless it still

@@ -236,8 +236,11 @@ class RangedNpy:
             return None
         if _joined(starts, ends) < MAP_FROM:
             return None
-        if files.remote:  # its whole entry in the cache, if any
-            file = files.cached_map(f)
+        if files.remote:  # its whole entry in the cache, if any (the bytes read checked)
+            head = kept[1][0]
+            file = files.cached_map(
+                f, lambda: [(0, head), *zip(starts.tolist(), ends.tolist(), strict=True)]
+            )
             check = files.check_entry
         else:
             file = files.local_map(f)
