@@ -152,7 +152,8 @@ class RangedNpy:
         decode's :meth:`SparseImage.want` fetches the rows it then asks)."""
         files = self._files()
         size, name = files.sizes[f], files.name(f)
-        if files.remote or self._local_read != "odirect":
+        # Mapped: a local file (not read by O_DIRECT), an object's whole cache entry.
+        if files.cache is not None if files.remote else self._local_read != "odirect":
             mapped = self._mapped(f, rows)
             if mapped is not None:
                 return mapped
@@ -202,8 +203,8 @@ class RangedNpy:
     def _mapped(self, f: int, rows: NDArray[np.int64] | None) -> MappedImage | None:
         """Local file ``f`` (on object storage: its whole entry in the cache, once its
         blocks are joined: :meth:`ObjectCache.blocks_read`) through a map of it, where
-        the pages of its header and of
-        rows ``rows`` (``None``: not known yet; then the whole file, if at most
+        the pages of its header and of rows ``rows`` (``None``: not known yet; then
+        the whole file, if at most
         ``WHOLE_RESIDENT`` bytes) are all in memory now (``mincore``): the decode
         copies the rows from the page cache, with no ``pread`` into a buffer of the
         file's size whose pages fault in first, and one copy fewer. ``None``

@@ -443,9 +443,8 @@ class ObjectCache:
         are what was written: where ``table`` (the path of a whole entry's block
         checksums, written when it was joined) holds them, the blocks the spans touch,
         each checked once a process; else the whole entry, once (see
-        :meth:`_checked_whole`). A whole entry read through for each process cost 64
-        processes reading a sixty-fourth of an object's rows each 64 reads of it,
-        where each checked the blocks it touched before they were joined."""
+        :meth:`_checked_whole`). Checked whole, a joined entry was read through by
+        every process at its first read of it, however few of its rows it wanted."""
         key = _checked_key(path, f.identity)
         with self._lock:
             if key in self._checked:
