@@ -146,9 +146,7 @@ def test_a_whole_entry_is_opened_to_map_once_checked(
     monkeypatch.undo()
     # A damaged one is removed, as by any read.
     path = Path(c.path(URL, SIZE, "e"))
-    raw = bytearray(path.read_bytes())
-    raw[5] ^= 1
-    path.write_bytes(bytes(raw))
+    flip(path, 5)
     with pytest.warns(RuntimeWarning, match="checksum"):
         assert ObjectCache(tmp_path).open_whole(URL, SIZE, "e", spans) is None
     assert not path.exists()
