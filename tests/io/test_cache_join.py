@@ -5,6 +5,7 @@ in the shared byte count, and never where the whole would not fit."""
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,16 @@ def test_blocks_are_joined_once_as_many_block_reads_as_blocks_were_counted(
     again = ObjectCache(tmp_path)
     again.blocks_read(URL, SIZE, "e", BLOCK, 11)
     assert again.stats.joined == 0 and entries(tmp_path) == sorted([whole, table])
+
+
+def test_a_join_keeps_the_shared_byte_count_exact(tmp_path: Path) -> None:
+    # cache_bytes: every process adds to one ledger; the join adds the whole and its
+    # table, and takes each block off.
+    c = with_blocks(tmp_path, cache_bytes=10 << 20)
+    c.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert c.stats.joined == 1 and len(entries(tmp_path)) == 2
+    ledger = (tmp_path / cache_files.LEDGER).read_bytes()
+    assert struct.unpack_from("<q", ledger, 4)[0] == cache_files.measure(str(tmp_path))
 
 
 def test_an_object_missing_a_block_is_looked_at_again_after_twice_the_reads(
