@@ -3,8 +3,11 @@ header and the rows a read asks, not one whole-object GET per sample."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +246,66 @@ def test_rows_of_objects_whose_blocks_were_joined_are_read_through_a_map(
     with pytest.raises(StorageError, match=r"0\.npy: its cache entry was cut to 1048576 bytes"):
         image.want(np.arange(4))
     image.file.close()
+    src.close()
+    local.close()
+
+
+_READER = """
+import json, sys
+from headrace.formats import FileSource
+from headrace.pipeline import Loader
+from headrace.testing import batch_digest
+url, options, cache, seeds = sys.argv[1:]
+src = FileSource(url, store_options=json.loads(options), cache_dir=cache, format="npy",
+                 samples_per_file=1024, shuffle="samples", npy_ranges_above=0)
+for seed in seeds.split(","):
+    with Loader(src, batch_size=64, seed=int(seed), steps=64) as loader:
+        print(batch_digest(loader), flush=True)
+print(json.dumps(src.cache_stats.to_dict()))
+"""
+
+
+def test_processes_reading_one_cache_join_each_object_once_and_lose_nothing(
+    s3: S3Fixture, tmp_path: Path
+) -> None:
+    # Two processes (ranks, workers) fill one cache and join its objects side by side:
+    # one's join removes blocks the other may be reading (it then reads the whole entry),
+    # both may join one object (one entry is kept). The batches are the local files', and
+    # the cache ends holding each object's whole entry and table: no block, no temporary.
+    rng = np.random.default_rng(9)
+    for i in range(3):  # 3 objects of 1,024 rows of 4 KiB
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
+    _put(s3, tmp_path, "npyrows/shared")
+    kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
+    local = FileSource(tmp_path, format="npy", **kw)
+    want = {}
+    for seed in (1, 2, 3, 4):
+        with Loader(local, batch_size=64, seed=seed, steps=64) as loader:
+            want[seed] = batch_digest(loader)
+    cache = tmp_path / "cache"
+    options = json.dumps(s3.options())
+    argv = [sys.executable, "-c", _READER, f"s3://{BUCKET}/npyrows/shared", options, str(cache)]
+    runs = [subprocess.Popen([*argv, seeds], stdout=subprocess.PIPE, text=True)
+            for seeds in ("1,2,3", "2,3,4")]  # fmt: skip
+    outs = [p.communicate(timeout=120)[0].splitlines() for p in runs]
+    assert [p.returncode for p in runs] == [0, 0]
+    assert outs[0][:3] == [want[1], want[2], want[3]]
+    assert outs[1][:3] == [want[2], want[3], want[4]]
+    joined = sum(json.loads(out[3])["joined"] for out in outs)
+    assert 3 <= joined <= 6  # each object once, or by both where they raced
+    held = [p for p in cache.rglob("*") if p.is_file()]
+    assert not [p for p in held if ".tmp-" in p.name]
+    src = _source(s3, "npyrows/shared", cache_dir=cache, **kw)
+    files = src.files
+    names = {
+        path
+        for i in range(3)
+        for path in (
+            files.cache.path(files.cache_key(i), files.sizes[i], files.etags[i]),
+            files.cache._table_path(files.cache_key(i), files.sizes[i], files.etags[i]),
+        )
+    }
+    assert {str(p) for p in held} == names
     src.close()
     local.close()
 
