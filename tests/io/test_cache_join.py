@@ -4,6 +4,7 @@ in the shared byte count, and never where the whole would not fit."""
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headrace.errors import StorageError
 from headrace.io import ObjectCache
 from headrace.io import _cache as cache_mod
 from headrace.io import _cache_files as cache_files
@@ -88,7 +90,7 @@ def test_an_object_missing_a_block_is_looked_at_again_after_twice_the_reads(
     assert c.stats.joined == 1 and len(entries(tmp_path)) == 2  # the whole, its table
 
 
-@pytest.mark.parametrize("damage", ["flipped", "short", "gone"])
+@pytest.mark.parametrize("damage", ["flipped", "short", "gone", "eio"])
 def test_a_bad_block_stops_the_join_and_leaves_no_temporary(tmp_path: Path, damage: str) -> None:
     c = with_blocks(tmp_path)
     path = Path(c.path(URL, SIZE, "e", 7 * BLOCK, BLOCK))
@@ -107,9 +109,17 @@ def test_a_bad_block_stops_the_join_and_leaves_no_temporary(tmp_path: Path, dama
             path.unlink()  # looked at, then removed before the join reads it
         return found
 
+    preadv = os.preadv
+
+    def failing(fd: int, buffers: list[object], offset: int) -> int:
+        if damage == "eio" and os.fstat(fd).st_ino == path.stat().st_ino:
+            raise OSError(errno.EIO, "Input/output error")
+        return preadv(fd, buffers, offset)  # type: ignore[arg-type]
+
     used = c._space._used
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os.path, "exists", exists)
+        mp.setattr(os, "preadv", failing)
         c.blocks_read(URL, SIZE, "e", BLOCK, 11)
     assert c.stats.joined == 0 and not Path(c.path(URL, SIZE, "e")).exists()
     assert not any(cache_files.TMP in p.name for p in entries(tmp_path))
@@ -245,3 +255,23 @@ def test_once_each_of_its_blocks_was_checked_a_joined_entry_is_checked(tmp_path:
     assert key not in c._checked
     assert c.read_ranges(URL, SIZE, "e", [(SIZE - 1, SIZE)], out)
     assert key in c._checked and key not in c._tables
+
+
+@pytest.mark.parametrize("how", ["ranges", "map"])
+def test_a_block_check_that_fails_eio_reads_from_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    c = joined(tmp_path)
+
+    def eio(self: object, out: object, offset: int) -> None:
+        raise StorageError(errno.EIO, f"read at {offset}: Input/output error")
+
+    monkeypatch.setattr(file_mod.LocalFile, "pread_into", eio)
+    with pytest.warns(RuntimeWarning, match=r"a local read of .* failed .*Input/output error"):
+        if how == "ranges":
+            out = np.zeros(SIZE, np.uint8)
+            assert not c.read_ranges(URL, SIZE, "e", [(10, 20)], out)
+        else:
+            assert c.open_whole(URL, SIZE, "e", [(10, 20)]) is None
+    assert c.stats.errors == 1 and c.stats.misses == 1
+    assert Path(c.path(URL, SIZE, "e")).exists()  # not damaged: kept
