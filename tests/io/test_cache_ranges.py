@@ -189,3 +189,39 @@ def test_an_entry_that_cannot_be_opened_is_a_miss_said_once(
     monkeypatch.setattr(cache_mod.os, "open", real)
     assert c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # kept: read once allowed
     np.testing.assert_array_equal(out[10:20], data[10:20])
+
+
+def test_an_entry_read_whole_is_checked_at_its_first_read_in_a_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A token file's 4 MiB blocks are read again at every visit of their window: each
+    # read paid the checksum (~1 ms a block). Now the first read in a process checks it;
+    # a file put in its place (another inode) is checked again, as is any entry in
+    # another process (a new cache).
+    data = np.random.default_rng(2).integers(0, 256, N, dtype=np.uint8)
+    c = ObjectCache(tmp_path)
+    assert c.write(URL, N + 4096, "e", data, 4096)  # the object's bytes from 4096 on
+    sums = []
+    crc32 = cache_mod.zlib.crc32
+
+    def counted(buf: object, seed: int = 0) -> int:
+        n = memoryview(buf).nbytes  # type: ignore[arg-type]
+        if n > 100:  # (not an entry's name: its seed)
+            sums.append(n)
+        return crc32(buf, seed)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_mod.zlib, "crc32", counted)
+    out = np.zeros(N, np.uint8)
+    for _ in range(3):
+        assert c.read_into(out, URL, N + 4096, "e", 4096)
+        np.testing.assert_array_equal(out, data)
+    assert sums == [N] and c.stats.hits == 3
+    path = entry(tmp_path)
+    raw = bytearray(path.read_bytes())
+    raw[7] ^= 1
+    swap = tmp_path / "swap"
+    swap.write_bytes(bytes(raw))
+    os.replace(swap, path)  # another file: checked again, refused
+    with pytest.warns(RuntimeWarning, match=r"checksum"):
+        assert not c.read_into(out, URL, N + 4096, "e", 4096)
+    assert c.stats.bad_entries == 1

@@ -223,6 +223,12 @@ class ObjectCache:
         out = out.reshape(-1).view(np.uint8)  # any C-contiguous array, counted in bytes
         want = out.size
         path = self.path(url, size, etag, offset, want)
+        # Checked at its first read in this process, then read as it is (a token file's
+        # 4 MiB blocks, read again at each visit of their window, paid the checksum each
+        # time, ~1 ms a block: 8,000 batches 0.474 -> 0.341 s).
+        done = self._read_checked(path, want, [(0, want)], out, 0)
+        if done is not None:
+            return done
         f = self._open(path, want)
         if f is None:
             return False
@@ -237,6 +243,8 @@ class ObjectCache:
                 return False
             if not self._good(path, f, trailer, want, zlib.crc32(out.data, name_seed(path))):
                 return False
+            with self._lock:
+                self._remember(_checked_key(path, f.identity))
         self.hit(want)
         return True
 
