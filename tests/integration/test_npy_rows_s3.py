@@ -41,6 +41,19 @@ def _source(s3: S3Fixture, prefix: str, **kw: Any) -> FileSource:
     return FileSource(f"s3://{BUCKET}/{prefix}", store_options=options, format="npy", **kw)
 
 
+def _joined_entries(src: FileSource) -> set[str]:
+    """The entries a cache holds for ``src``'s objects once each was joined: its whole
+    entry and its table of block checksums."""
+    files, cache = src.files, src.files.cache
+    assert cache is not None and files.cache_key is not None
+    out = set()
+    for i in range(len(files.sizes)):
+        key, size, etag = files.cache_key(i), files.sizes[i], files.etags[i]
+        assert etag is not None
+        out |= {cache.path(key, size, etag), cache._table_path(key, size, etag)}
+    return out
+
+
 def test_rows_by_ranged_gets_give_the_local_batches(s3: S3Fixture, tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     for i in range(5):  # 5 files of 64 samples of 64x64 float32 (1 MiB an object)
@@ -197,17 +210,8 @@ def test_rows_through_cache_dir_are_found_again_in_any_later_epoch(
     # By then each object's blocks were all there, and joined into its whole entry: a
     # read opens one entry, not one a block (and the blocks are gone).
     src = cached()
-    files, cache = src.files, src.files.cache
-    names = {
-        p
-        for i in range(4)
-        for p in (
-            cache.path(files.cache_key(i), files.sizes[i], files.etags[i]),
-            cache._table_path(files.cache_key(i), files.sizes[i], files.etags[i]),
-        )
-    }
     held = {str(p) for p in (tmp_path / "cache").rglob("*") if p.is_file()}
-    assert held - {str(tmp_path / "cache" / ".headrace-bytes")} == names
+    assert held - {str(tmp_path / "cache" / ".headrace-bytes")} == _joined_entries(src)
     src.close()
 
 
@@ -296,16 +300,7 @@ def test_processes_reading_one_cache_join_each_object_once_and_lose_nothing(
     held = [p for p in cache.rglob("*") if p.is_file()]
     assert not [p for p in held if ".tmp-" in p.name]
     src = _source(s3, "npyrows/shared", cache_dir=cache, **kw)
-    files = src.files
-    names = {
-        path
-        for i in range(3)
-        for path in (
-            files.cache.path(files.cache_key(i), files.sizes[i], files.etags[i]),
-            files.cache._table_path(files.cache_key(i), files.sizes[i], files.etags[i]),
-        )
-    }
-    assert {str(p) for p in held} == names
+    assert {str(p) for p in held} == _joined_entries(src)
     src.close()
     local.close()
 
