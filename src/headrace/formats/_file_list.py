@@ -412,10 +412,9 @@ def _keep_blocks(
     keep: list[tuple[int, int]],
     buf: NDArray[np.uint8],
 ) -> None:
-    """Write each ``block`` of the runs ``keep`` (fetched into ``buf``) as its own entry."""
-    for a, b in keep:
-        for x in range(a, b, block):
-            cache[0].write(cache[1], size, etag, buf[x : min(x + block, b)], x)
+    """Write each ``block`` of the runs ``keep`` (fetched into ``buf``) as its own entry
+    (see :meth:`ObjectCache.write_blocks`)."""
+    cache[0].write_blocks(cache[1], size, etag, block, keep, buf)
 
 
 def special_skipped(n: int, example: str | None) -> str:

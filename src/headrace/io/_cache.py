@@ -649,6 +649,32 @@ class ObjectCache:
             self.stats.written_bytes += view.nbytes
         return True
 
+    def write_blocks(
+        self,
+        url: str,
+        size: int,
+        etag: str,
+        block: int,
+        runs: list[tuple[int, int]],
+        data: NDArray[np.uint8],
+    ) -> None:
+        """Keep each ``block``-aligned block of the runs ``[a, b)`` of the object
+        (``data[a:b]``) as an entry of its own. Blocks written once another process
+        had joined the object's blocks (it fetched one of them too, and wrote it after
+        the join removed the others) are removed again: no read would open them."""
+        spans = [(x, min(x + block, b)) for a, b in runs for x in range(a, b, block)]
+        written = [(x, y) for x, y in spans if self.write(url, size, etag, data[x:y], x)]
+        whole = self.path(url, size, etag)
+        if size <= block or not written or not os.path.exists(whole):
+            return  # (one block is the whole entry; a later join removes them)
+        for x, y in written:
+            path = self.path(url, size, etag, x, y - x)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            self._space.remove(path, (st.st_dev, st.st_ino))
+
     def _put(self, path: str, n: int, parts: Iterable[Any], count_full: bool = True) -> bool:
         """Write entry ``path``: the ``n`` bytes ``parts`` yields (buffers, one at a time:
         the next may reuse the last one's memory; :class:`_Abandon` from it drops the
