@@ -253,7 +253,7 @@ class FileList:
             return [], lambda: None
         fetch, keep = _blocks(cache, size, etag, block, spans, buf)
         futures = [p for a, b in fetch for p in remote.read_pieces(buf[a:b], a)]
-        return futures, lambda: _keep_blocks(cache, size, etag, block, keep, buf)
+        return futures, lambda: cache[0].write_blocks(cache[1], size, etag, block, keep, buf)
 
     def local_ranges(
         self, i: int, reader: RangeReader | None = None
@@ -402,19 +402,6 @@ def _from_whole(
     if not os.path.exists(found.path(name, size, etag)):
         return False
     return found.read_ranges(name, size, etag, spans, buf)
-
-
-def _keep_blocks(
-    cache: tuple[ObjectCache, str],
-    size: int,
-    etag: str,
-    block: int,
-    keep: list[tuple[int, int]],
-    buf: NDArray[np.uint8],
-) -> None:
-    """Write each ``block`` of the runs ``keep`` (fetched into ``buf``) as its own entry
-    (see :meth:`ObjectCache.write_blocks`)."""
-    cache[0].write_blocks(cache[1], size, etag, block, keep, buf)
 
 
 def special_skipped(n: int, example: str | None) -> str:
