@@ -9,7 +9,10 @@ a run never waits for the cache to fill.
 An entry is named by a hash of ``(object URL, size, ETag)`` (and the byte
 range, for a range read: a token file's blocks, a row window, a Parquet row
 group's chunks, each the same range every epoch): an object that is replaced
-gets a new ETag and new entries, never the old bytes. Objects
+gets a new ETag and new entries, never the old bytes. An object read as 64 KiB
+blocks (rows of NPY, NPZ, HDF5, tar, TFRecord and MDS files) has its blocks joined
+into its whole entry once all are there, with a table of their checksums
+(:meth:`ObjectCache.blocks_read`). Objects
 listed without an ETag, or with a weak one (``W/"..."``, which an HTTP server
 may keep for other bytes of equivalent meaning, or build from a modification
 time in whole seconds), are not cached (nothing would tell a replaced one
@@ -18,7 +21,9 @@ reader (any process) sees a whole entry or none (a writer killed mid-entry leave
 temporary, unlocked: the next process's first write removes it); each ends with the CRC-32 of
 its bytes, started from its name, and an entry whose size or checksum is not
 right (a disk that lost or changed a write, or put it under another entry's
-name) is removed and its bytes read from the store again.
+name) is removed and its bytes read from the store again. Each entry is checked at
+its first read in a process (a joined one a block at a time), then remembered by
+its file (``CHECKED``).
 
 The cache never evicts: it fills until it holds ``max_bytes`` of disk space
 (whole filesystem blocks: a 500-byte entry takes 4 KiB on ext4; counted for
