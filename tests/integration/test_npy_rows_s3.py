@@ -41,6 +41,15 @@ def _source(s3: S3Fixture, prefix: str, **kw: Any) -> FileSource:
     return FileSource(f"s3://{BUCKET}/{prefix}", store_options=options, format="npy", **kw)
 
 
+def _rows_of_4_kib(s3: S3Fixture, root: Path, prefix: str, files: int, seed: int) -> None:
+    """``files`` NPY files of 1,024 float32 rows of 4 KiB (4 MiB each) in ``root``, and
+    as objects under ``prefix``."""
+    rng = np.random.default_rng(seed)
+    for i in range(files):
+        np.save(root / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
+    _put(s3, root, prefix)
+
+
 def _joined_entries(src: FileSource) -> set[str]:
     """The entries a cache holds for ``src``'s objects once each was joined: its whole
     entry and its table of block checksums."""
@@ -222,10 +231,7 @@ def test_rows_of_objects_whose_blocks_were_joined_are_read_through_a_map(
     # in memory maps it and the decode copies the rows from the page cache, as for a
     # local file (a warm epoch of 4 KiB rows: 0.22 -> ~0.12 s), not one pread a row
     # into a buffer of the object's size. An entry cut short under the map is refused.
-    rng = np.random.default_rng(6)
-    for i in range(4):  # 4 objects of 1,024 rows of 4 KiB (4 MiB)
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
-    _put(s3, tmp_path, "npyrows/mapped")
+    _rows_of_4_kib(s3, tmp_path, "npyrows/mapped", 4, seed=6)
     kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
     local = FileSource(tmp_path, format="npy", **kw)
     want = _digest(local, steps=64, batch=64)
@@ -276,10 +282,7 @@ def test_processes_reading_one_cache_join_each_object_once_and_lose_nothing(
     # one's join removes blocks the other may be reading (it then reads the whole entry),
     # both may join one object (one entry is kept). The batches are the local files', and
     # the cache ends holding each object's whole entry and table: no block, no temporary.
-    rng = np.random.default_rng(9)
-    for i in range(3):  # 3 objects of 1,024 rows of 4 KiB
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
-    _put(s3, tmp_path, "npyrows/shared")
+    _rows_of_4_kib(s3, tmp_path, "npyrows/shared", 3, seed=9)
     kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
     local = FileSource(tmp_path, format="npy", **kw)
     want = {}
@@ -310,10 +313,7 @@ def test_rows_through_a_full_cache_fetch_their_own_bytes_not_blocks(
 ) -> None:
     # A cache that cannot write (full: it never evicts) keeps no block, so fetching one
     # for each row would cost 16 times a 4 KiB row's bytes on every read, for nothing.
-    rng = np.random.default_rng(4)
-    for i in range(2):  # 2 objects of 1,024 rows of 4 KiB
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((1024, 1024)).astype(np.float32))
-    _put(s3, tmp_path, "npyrows/full")
+    _rows_of_4_kib(s3, tmp_path, "npyrows/full", 2, seed=4)
     kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
     local = _digest(FileSource(tmp_path, format="npy", **kw), steps=32, batch=16)
     bare = _source(s3, "npyrows/full", **kw)
