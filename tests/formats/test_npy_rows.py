@@ -364,3 +364,34 @@ def test_small_files_are_read_whole_by_default_and_the_size_is_checked(tmp_path:
     for bad in (-1, "big", True, 1.5):
         with pytest.raises(ConfigError, match=r"npy_ranges_above must be a size in bytes >= 0"):
             FileSource(tmp_path, format="npy", samples_per_file=16, npy_ranges_above=bad)
+
+
+def test_each_chunk_is_located_once_and_its_batches_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A chunk's samples were located three times: by the read before it (its next
+    # files), by the loader's prefetch and by its own read.
+    from headrace.formats._file_plan import FilePlan
+
+    rng = np.random.default_rng(1)
+    for i in range(4):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((50, 8), dtype=np.float32))
+    kw: dict[str, Any] = {"samples_per_file": 50, "shuffle": "samples", "npy_ranges_above": 0}
+    want = _digest(FileSource(tmp_path, format="npy", mode="map-style", **kw), steps=12, batch=8)
+    located: list[int] = []
+    locate = FilePlan.locate
+
+    def counted(self: FilePlan, seed: int, samples: Any) -> Any:
+        located.append(len(samples))
+        return locate(self, seed, samples)
+
+    monkeypatch.setattr(FilePlan, "locate", counted)
+    src = FileSource(tmp_path, format="npy", **kw)
+    with Loader(src, batch_size=8, seed=3, steps=12, chunk_steps=2) as loader:
+        assert batch_digest(loader) == want
+    # The first chunk is one step (the first batch comes sooner), the last the step left.
+    assert located == [8, 16, 16, 16, 16, 16, 8]
+    for located_again in src._locate(3, np.arange(16, dtype=np.int64)):
+        with pytest.raises(ValueError, match="read-only"):  # (shared by later reads)
+            located_again[0] = 1
+    src.close()

@@ -213,13 +213,19 @@ class FileDecoder:
             if n == 1 and rows is None and not self.counted:
                 return None  # the file is the sample: no leading axis to pick from
             at = places[f]  # (decoded: this read's files only)
-            picks = items[at] if rows is None else np.searchsorted(rows[f], items[at])
+            if rows is not None and len(at) == n:
+                # Each row decoded once, for one place (rows are the file's samples
+                # asked, without repeats): scattered there, one copy, not two.
+                at = at[np.argsort(np.searchsorted(rows[f], items[at]))]
+                picks = None
+            else:
+                picks = items[at] if rows is None else np.searchsorted(rows[f], items[at])
             for k, a in arrays.items():
                 if not isinstance(a, np.ndarray) or a.ndim == 0 or a.shape[0] != n:
                     return None
                 if a.dtype.hasobject:  # (an item may be an array of its own, or ragged)
                     return None
-                parts[k].append((at, a[picks]))
+                parts[k].append((at, a if picks is None else a[picks]))
         for k, got in parts.items():
             like = got[0][1]
             if any(g.shape[1:] != like.shape[1:] or g.dtype != like.dtype for _, g in got):
