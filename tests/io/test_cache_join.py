@@ -302,3 +302,69 @@ def test_the_one_block_of_a_small_object_is_kept(tmp_path: Path) -> None:
     c = ObjectCache(tmp_path)
     c.write_blocks(URL, 1000, "e", BLOCK, [(0, 1000)], DATA)
     assert entries(tmp_path) == [Path(c.path(URL, 1000, "e"))]
+
+
+def test_an_object_another_process_is_joining_is_left_to_it(tmp_path: Path) -> None:
+    # Its claim (the join's one temporary name) is there and locked, as the joining
+    # process holds it: this one writes no copy and keeps reading the blocks.
+    c = with_blocks(tmp_path, cache_bytes=10 << 20)
+    claim = Path(f"{c.path(URL, SIZE, 'e')}{cache_files.TMP}{cache_mod.CLAIM}")
+    claim.parent.mkdir(exist_ok=True)
+    fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    held = cache_files.hold(fd)
+    assert held is not None
+    try:
+        used = c._space._used
+        c.blocks_read(URL, SIZE, "e", BLOCK, 11)
+        assert c.stats.joined == 0 and c._space._used == used  # its room given back
+        assert len(entries(tmp_path)) == 12  # the blocks (which serve) and the claim
+        # A new process's first join sweeps dead writers' temporaries: not a live one's,
+        # even one older than DEAD_TMP_S.
+        old = os.stat(claim).st_mtime - 2 * cache_files.DEAD_TMP_S
+        os.utime(claim, (old, old))
+        again = ObjectCache(tmp_path)
+        again.blocks_read(URL, SIZE, "e", BLOCK, 11)
+        assert again.stats.joined == 0 and claim.exists()
+    finally:
+        os.close(fd)
+        os.close(held)  # the joiner "dies"
+    # Dead (its lock free, older than DEAD_TMP_S): the next process's sweep removes it.
+    later = ObjectCache(tmp_path)
+    later.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert later.stats.joined == 1 and not claim.exists()
+    assert len(entries(tmp_path)) == 2  # the whole and its table
+    np.testing.assert_array_equal(spans_read(later, [(0, SIZE)]), DATA)
+
+
+def test_two_joins_of_one_object_at_once_write_one_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two caches of one directory (two processes) count enough reads together: the
+    # first join is held mid-copy while the second looks; the second writes nothing.
+    import threading
+
+    first, second = with_blocks(tmp_path), ObjectCache(tmp_path)
+    copying, go_on = threading.Event(), threading.Event()
+    crc32 = cache_mod.zlib.crc32
+
+    def slow_crc(data: object, seed: int = 0) -> int:
+        if threading.current_thread().name == "first-join":
+            copying.set()
+            assert go_on.wait(10)
+        return crc32(data, seed)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache_mod.zlib, "crc32", slow_crc)
+    t = threading.Thread(
+        target=first.blocks_read, args=(URL, SIZE, "e", BLOCK, 11), name="first-join"
+    )
+    t.start()
+    assert copying.wait(10)
+    written = entries(tmp_path)  # the blocks and the first join's temporary
+    assert len(written) == 12
+    second.blocks_read(URL, SIZE, "e", BLOCK, 11)
+    assert entries(tmp_path) == written  # no second copy
+    go_on.set()
+    t.join(10)
+    assert first.stats.joined == 1 and second.stats.joined == 0
+    assert len(entries(tmp_path)) == 2
+    np.testing.assert_array_equal(spans_read(second, [(0, SIZE)]), DATA)

@@ -94,6 +94,10 @@ JOINING = 1 << 16
 #: The tables of block checksums of joined entries a process keeps (4 bytes a 64 KiB
 #: block: 1 KiB for a 16 MB object); past them, the first read is forgotten.
 TABLES = 1 << 14
+#: The temporary name a join writes an object's whole entry under: one a process at a
+#: time, for :meth:`ObjectCache._put` creates it only where it is not there. A temporary
+#: of pid 0 (no writer's), "join" in hex: a dead joiner's is removed as any dead writer's.
+CLAIM = "0-6a6f696e"
 
 # Write errors after which this process stops trying.
 _STOP_WRITING = frozenset(
@@ -392,7 +396,10 @@ class ObjectCache:
                 crcs[k + 1] = zlib.crc32(got[:n].data, _block_seed(whole, k))
                 yield got[:n].data
 
-        if not self._put(whole, size, blocks(), count_full=False):
+        # Claimed: where several processes count enough block reads at once (ranks of a
+        # node reading one dataset), each wrote a copy of the object and all but one
+        # were thrown away.
+        if not self._put(whole, size, blocks(), count_full=False, claim=True):
             return os.path.exists(whole)  # (another process's join may have put it)
         # Its blocks' checksums, for reads to check only the blocks they touch (without,
         # each process reads the whole entry through once).
@@ -680,19 +687,38 @@ class ObjectCache:
                 continue
             self._space.remove(path, (st.st_dev, st.st_ino))
 
-    def _put(self, path: str, n: int, parts: Iterable[Any], count_full: bool = True) -> bool:
+    def _put(
+        self,
+        path: str,
+        n: int,
+        parts: Iterable[Any],
+        count_full: bool = True,
+        claim: bool = False,
+    ) -> bool:
         """Write entry ``path``: the ``n`` bytes ``parts`` yields (buffers, one at a time:
         the next may reuse the last one's memory; :class:`_Abandon` from it drops the
         entry), then their checksum; whether it was put in place. ``count_full``: a
-        cache without room for it counts as full (no more writes in this process)."""
+        cache without room for it counts as full (no more writes in this process).
+        ``claim``: written under the one temporary name of ``path`` (:data:`CLAIM`), so
+        that a process finding it there (another is writing the entry) writes nothing."""
         need = self._space.on_disk(n + TRAILER.size)
         reserved = self._reserve(need) if count_full else self._space.reserve(need)
         if reserved is None:
             return False
-        tmp = f"{path}{TMP}{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = f"{path}{TMP}{CLAIM if claim else f'{os.getpid()}-{secrets.token_hex(4)}'}"
+        created = False
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                if not claim:
+                    raise
+                # Another process writes it (or a dead one's temporary, which the next
+                # process's sweep removes; until then the blocks serve).
+                self._space.give_back(reserved)
+                return False
+            created = True
             # Locked until renamed: a later process tells a dead writer's temporary by it.
             held = hold(fd)
             try:
@@ -719,7 +745,8 @@ class ObjectCache:
         except (OSError, _Abandon) as exc:
             self._space.give_back(reserved)
             try:
-                os.unlink(tmp)
+                if created:  # (never another writer's)
+                    os.unlink(tmp)
             except OSError:
                 pass
             if isinstance(exc, _Abandon):
