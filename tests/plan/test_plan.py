@@ -22,6 +22,7 @@ from headrace.plan import (
     host_slice,
     step_samples,
 )
+from headrace.plan import _permute as permute_mod
 from headrace.plan._permute import _WALK
 
 
@@ -51,6 +52,48 @@ def test_few_entries_walked_in_python_match_the_vectorised_network(n: int) -> No
         np.testing.assert_array_equal(p.inverse(image[:k]), idx[:k])
         np.testing.assert_array_equal(p(idx[:k].reshape(-1, 1)), image[:k].reshape(-1, 1))
     np.testing.assert_array_equal(p.inverse(image), idx)
+
+
+def test_a_permutation_read_enough_keeps_a_table_of_the_same_images() -> None:
+    # Rent or buy: evaluated through the network until that cost what the table would.
+    n = 50_000
+    p, network = Permutation(n, derive_keys(7)), Permutation(n, derive_keys(7))
+    rng = np.random.default_rng(0)
+    calls = []
+    for call in range(1, 40):
+        idx = rng.integers(0, n, 1024)
+        np.testing.assert_array_equal(p(idx), network._network(idx, False))
+        if p._table is not None:
+            calls.append(call)
+    assert calls[0] == -(-n // (1500 + 1024))  # each call costs its places and ~1,500 more
+    table = p._table
+    assert not table.flags.writeable
+    np.testing.assert_array_equal(table, network._network(np.arange(n), False))
+    idx = rng.integers(0, n, (3, 7))
+    np.testing.assert_array_equal(p(idx), network._network(idx, False))
+    np.testing.assert_array_equal(p.inverse(p(idx)), idx)  # (the inverse: the network)
+    with pytest.raises(IndexError):
+        p(np.array([n]))
+    # A host of 4,096 reads its share of an epoch, a few places a call: no table.
+    host = Permutation(1 << 20, derive_keys(8))
+    for start in range(0, 1 << 20, 4096 * 8):
+        host(np.arange(start, start + 8))
+    assert host._table is None
+    # Past TABLE_MAX places, never.
+    big = Permutation(permute_mod.TABLE_MAX + 1, derive_keys(9))
+    for _ in range(3):
+        big(np.arange(permute_mod.TABLE_MAX + 1))
+    assert big._table is None
+
+
+def test_tables_past_their_budget_are_dropped_oldest_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(permute_mod, "TABLE_BYTES", 3 * 8 * 1000)  # three of 1,000 places
+    perms = [Permutation(1000, derive_keys(k)) for k in range(5)]
+    images = [p(np.arange(1000)) for p in perms]  # each makes its table at once
+    assert [p._table is not None for p in perms] == [False, False, True, True, True]
+    for p, image in zip(perms, images, strict=True):
+        np.testing.assert_array_equal(p(np.arange(1000)), image)  # remade or not: the same
+    assert sum(p._table is not None for p in perms) == 3
 
 
 def test_permutation_depends_on_keys_and_rejects_out_of_range() -> None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
@@ -326,9 +325,14 @@ class RangeReader(Closing):
         dest = out
 
         def scatter(buf: NDArray[np.uint8], pos: NDArray[np.int64]) -> None:
-            # A sliding window makes every byte offset a "row" without a copy,
-            # so one fancy index gathers all rows, at any (unaligned) offset.
-            dest[...] = sliding_window_view(buf, row_bytes)[pos]
+            # A sliding window makes every byte offset a "row" without a copy, so one
+            # fancy index gathers all rows, at any (unaligned) offset. Made as a view
+            # of buf's bytes (~1 us): NumPy's sliding_window_view took ~9 us a call,
+            # 11% of a padded-row loader's GIL-held samples (2c, 2026-12-06).
+            windows = np.ndarray(
+                (buf.size - row_bytes + 1, row_bytes), np.uint8, buffer=buf, strides=(1, 1)
+            )
+            dest[...] = windows[pos]
 
         self._fetch(str(path), offsets, lengths, scatter)
         return out
