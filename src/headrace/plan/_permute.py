@@ -243,61 +243,45 @@ def cached_permutation(n: int, *counters: int) -> Permutation:
 #: 2026-12-03): a place by :meth:`Permutation.one` (~3 us), and a vectorised call's own
 #: cost (~180 us with its cycle-walking rounds) beside its places.
 _ONE, _CALL = 25, 1500
-#: Windows whose evaluation cost a :class:`VisitOrders` remembers (the oldest forgotten).
+#: The windows whose permutations a :class:`VisitOrders` counts in :attr:`VisitOrders.made`.
 _TRACKED = 256
 
 
 class VisitOrders:
     """The permuted places of windows that an epoch visits once each (a token window's
-    starts, a row group's rows): ``perm(np.arange(n))[within]`` for the permutation keyed
-    by ``counters``, the same values however they are computed.
+    starts, a row group's rows): ``perm(within)`` for the permutation of ``range(n)``
+    keyed by ``counters``.
 
     One host of many reads only its share of each window: at 4,096 hosts, 32 of a token
     window's 131,072 starts; a source of a mixture of 200, one or two a step. A table of
     the whole order made at the first visit (what a lone host, which reads every start,
     wants) cost each host O(global batch) a step, so its steps slowed as hosts were added
     (2c, 2026-12-03: 0.15 -> 78 ms a step, 1 -> 4,096 hosts), and a 200-source mixture's
-    first step took 11 s. Places are evaluated alone (the cheaper of the scalar and the
-    vectorised network) until that has cost what the table would; then the table is
-    made (rent or buy: never more than twice the better of the two), and the last
-    ``tables`` are kept.
+    first step took 11 s. The permutation makes its table only once evaluating places
+    alone has cost what the table would (rent or buy, :meth:`Permutation._apply`).
     """
 
-    __slots__ = ("_spent", "_tables", "tables")
+    __slots__ = ("_asked",)
 
-    def __init__(self, tables: int = 4) -> None:
-        self.tables = tables
-        self._tables: dict[tuple[int, ...], NDArray[np.int64]] = {}
-        self._spent: dict[tuple[int, ...], int] = {}  # cost of places evaluated alone
+    def __init__(self) -> None:
+        # The windows asked lately, for made (the tables are their permutations').
+        self._asked: OrderedDict[tuple[int, tuple[int, ...]], None] = OrderedDict()
 
     def places(
         self, n: int, counters: tuple[int, ...], within: NDArray[np.int64]
     ) -> NDArray[np.int64]:
         """The permuted place of each of ``within`` (in ``range(n)``)."""
-        table = self._tables.get(counters)
-        if table is not None:
-            return table[within]
-        perm = cached_permutation(n, *counters)
-        k = len(within)
-        scalar = _ONE * k <= _CALL + k
-        spent = self._spent.pop(counters, 0) + min(_ONE * k, _CALL + k)
-        if spent < n:
-            self._spent[counters] = spent  # re-inserted: the newest
-            if len(self._spent) > _TRACKED:
-                self._spent.pop(next(iter(self._spent)))
-            if scalar:
-                return np.fromiter(map(perm.one, within.tolist()), dtype=np.int64, count=k)
-            return perm(within)
-        table = perm(np.arange(n, dtype=np.int64))
-        while len(self._tables) >= self.tables:
-            self._tables.pop(next(iter(self._tables)))
-        self._tables[counters] = table
-        return table[within]
+        self._asked[(n, counters)] = None
+        self._asked.move_to_end((n, counters))
+        if len(self._asked) > _TRACKED:
+            self._asked.popitem(last=False)
+        return cached_permutation(n, *counters)(within)
 
     @property
     def made(self) -> int:
-        """Tables held now (tests count them: a host's share makes none)."""
-        return len(self._tables)
+        """Tables the permutations of the windows asked lately hold now (tests count
+        them: a host's share makes none)."""
+        return sum(cached_permutation(n, *c)._table is not None for n, c in self._asked)
 
 
 @lru_cache(maxsize=4096)
