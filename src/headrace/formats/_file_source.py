@@ -673,7 +673,7 @@ class FileSource(Closing):
         # (the decoder keeps it). Any other is released once decoded, and the next read
         # fetched those rows again (HDF5 and NPY by ranges, 4 files in every read: an
         # epoch fetched 2.0x its rows' bytes, see test_an_epoch_by_ranges_fetches_each_row_once).
-        stays = np.fromiter((f not in need or f == last for f in files.tolist()), bool, len(files))
+        stays = ~np.isin(files, np.fromiter(need, np.int64, len(need))) | (files == last)
         self._note_rows(files[stays], items[stays])
         return [f for f in dict.fromkeys(files.tolist()) if f not in need]
 
