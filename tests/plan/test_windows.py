@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import ConfigError
 from headrace.plan import WindowLayout
+from headrace.plan import _permute as permute_mod
 
 
 def test_negative_sample_numbers_are_refused() -> None:
@@ -191,26 +192,33 @@ def test_one_host_of_many_makes_no_start_table_and_gets_the_same_starts() -> Non
     # One host of 4,096 reads 8 of each step's 32,768 samples: a 4,096-start window
     # serves it 32 samples before the next. Its starts used to come from a table of the
     # whole window made at each window's first visit: O(global batch) work a host a step.
+    # (Permutations are shared by the process: the host reads first, under a seed of
+    # its own, and the lone host after it.)
     layout = WindowLayout(file_tokens=(40_000_001,), context=10, window_tokens=40_961)
     lone = WindowLayout(file_tokens=(40_000_001,), context=10, window_tokens=40_961)
-    for step in range(0, 48, 3):
-        samples = _host_samples(step, 4096)
-        got = layout.locate(7, samples)
-        whole = lone.locate(7, step * 32_768 + np.arange(32_768, dtype=np.int64))
-        assert np.array_equal(got.window, whole.window[-8:])
-        assert np.array_equal(got.start, whole.start[-8:])
+    seed, steps = 70_007, range(0, 48, 3)
+    got = [layout.locate(seed, _host_samples(step, 4096)) for step in steps]
     assert layout._orders.made == 0  # a table a window: the whole batch's work again
+    for step, mine in zip(steps, got, strict=True):
+        whole = lone.locate(seed, step * 32_768 + np.arange(32_768, dtype=np.int64))
+        assert np.array_equal(mine.window, whole.window[-8:])
+        assert np.array_equal(mine.start, whole.start[-8:])
     assert lone._orders.made > 0  # a lone host reads every start: one table a window
 
 
-def test_a_window_read_in_small_chunks_makes_one_table_early() -> None:
+def test_a_window_read_in_small_chunks_makes_one_table_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     layout = WindowLayout(file_tokens=(1_000_001,), context=10, window_tokens=81_921)
     per = layout.per_window  # 8,192 starts
     full = WindowLayout(file_tokens=(1_000_001,), context=10, window_tokens=81_921)
-    every = full.locate(3, np.arange(per, dtype=np.int64)).start
+    seed = 30_003  # (a seed of its own: permutations are shared by the process)
+    with monkeypatch.context() as m:  # through the network: no table made for them
+        m.setattr(permute_mod, "TABLE_MAX", 0)
+        every = full.locate(seed, np.arange(per, dtype=np.int64)).start
     made = []
     for lo in range(0, per, 256):  # chunks of 32 steps of 8, from the window's start
-        got = layout.locate(3, np.arange(lo, lo + 256, dtype=np.int64)).start
+        got = layout.locate(seed, np.arange(lo, lo + 256, dtype=np.int64)).start
         assert np.array_equal(got, every[lo : lo + 256])
         made.append(layout._orders.made)
     # Alone while that cost less than the table (a few chunks), then one table for all.
