@@ -474,3 +474,27 @@ def test_check_lists_each_bad_sample_naming_its_shard(tmp_path: Path) -> None:
     assert [p.message for p in report.problems] == [
         f"{path}: sample {i}: column 'x': dtype byte 200 names no ndarray dtype" for i in (3, 8)
     ]
+
+
+def test_split_reads_the_split_folder_as_streaming_does(tmp_path: Path) -> None:
+    # Streaming's StreamingDataset(remote, split="train") reads remote/train/index.json.
+    write_mds(tmp_path / "train", COLUMNS, _samples(30), per_shard=7)
+    write_mds(tmp_path / "val", COLUMNS, _samples(12), per_shard=5)
+    for split in ("train", "val"):
+        by_split = MDSSource(tmp_path, split=split)
+        assert by_split.root == f"{tmp_path}/{split}"
+        assert _digest(by_split) == _digest(MDSSource(tmp_path / split))
+        again = pickle.loads(pickle.dumps(by_split))  # a worker's copy reads the same split
+        assert again.samples_per_epoch == by_split.samples_per_epoch
+        for src in (by_split, again):
+            src.close()
+    # The parent folder holds no index: the error names its splits.
+    with pytest.raises(
+        ObjectNotFoundError, match=r"it holds the splits 'train', 'val': give split='train'"
+    ):
+        MDSSource(tmp_path)
+    with pytest.raises(ObjectNotFoundError, match=r"test\b.*no such file"):
+        MDSSource(tmp_path, split="test")
+    for bad in ("", "/train", "train/", "../train", "a/./b", 3):
+        with pytest.raises(ConfigError, match="split must name a folder below root"):
+            MDSSource(tmp_path, split=bad)  # type: ignore[arg-type]

@@ -342,3 +342,14 @@ def test_cache_dir_keeps_nothing_of_shards_listed_without_an_etag(
         assert src.read(0, np.arange(50))["id"].tolist() == want
         stats = src.cache_stats
         assert stats is not None and stats.uncacheable > 0 and stats.written == 0
+
+
+def test_split_reads_the_split_prefix(s3: S3Fixture, dataset: tuple[Path, str]) -> None:
+    root, _ = dataset
+    url = _upload(s3, root, "mds/splits/train").rsplit("/", 1)[0]
+    src = _remote(s3, url, split="train")
+    assert src.root == f"{url}/train"
+    assert _digest(src) == _digest(MDSSource(root))
+    src.close()
+    with pytest.raises(ObjectNotFoundError, match=r"index.json: no such object.*split="):
+        _remote(s3, url)

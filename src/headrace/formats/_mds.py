@@ -99,6 +99,17 @@ class MDSStats:
     ahead_failed: int = 0
 
 
+def check_split(split: object) -> str:
+    """``split`` as a path below the dataset's root: a name, or names joined by ``/``."""
+    parts = split.split("/") if isinstance(split, str) else []
+    if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts):
+        raise ConfigError(
+            f"split must name a folder below root, as Streaming's split= does (got "
+            f"{split!r}): e.g. 'train' reads root/train/index.json."
+        )
+    return "/".join(parts)
+
+
 def _read_s(got: tuple[NDArray[np.intp], list[NDArray[np.uint8]]]) -> float:
     """What a local read of a shard's samples ``got`` may take from the page cache: 5 us
     a sample and 1 us a KB."""
@@ -127,8 +138,9 @@ class MDSSource(Closing):
     ``cache_dir``: on object storage, keep what is read on local disk (up to
     ``cache_bytes``) and read it from there the next time (an epoch, a restart, another
     process): compressed shards whole, uncompressed ones as the 64 KiB blocks their
-    samples touch (:class:`headrace.io.ObjectCache`). See docs/files.md for encodings,
-    codecs and refusals.
+    samples touch (:class:`headrace.io.ObjectCache`). ``split``: a subfolder of
+    ``root`` (Streaming's ``split=``: ``root/train`` for ``"train"``). See docs/files.md
+    for encodings, codecs and refusals.
     """
 
     def __init__(
@@ -145,8 +157,12 @@ class MDSSource(Closing):
         image_mode: ImageMode | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        split: str | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)
+        root = os.fspath(root).rstrip("/")
+        if split is not None:
+            root = f"{root}/{check_split(split)}"
         if cache_dir is not None and not is_object_url(os.fspath(root)):
             raise local_cache_refused(f"{os.fspath(root)!r}", [os.path.join(root, INDEX)])
         if window_rows is not None:
@@ -168,7 +184,7 @@ class MDSSource(Closing):
                 "a set's order changes from one process to the next)."
             )
         self._build(
-            os.fspath(root).rstrip("/"),
+            root,
             {
                 "columns": None if columns is None else list(columns),
                 "shuffle": mode,

@@ -43,7 +43,7 @@ def open_mds(
         except FileNotFoundError as exc:
             raise ObjectNotFoundError(
                 f"{where}: no such file; MDSSource takes the folder Streaming's MDSWriter "
-                "wrote (index.json and its shards)"
+                f"wrote (index.json and its shards){_splits_in(root)}"
             ) from exc
         except OSError as exc:
             raise StorageError(f"{where}: {exc.strerror or exc}") from exc
@@ -68,7 +68,8 @@ def open_mds(
         except ObjectNotFoundError as exc:
             raise ObjectNotFoundError(
                 f"{where}: no such object; MDSSource takes the prefix Streaming's MDSWriter "
-                "wrote (index.json and its shards)"
+                "wrote (index.json and its shards), or a prefix of splits with split= "
+                "('train' reads train/index.json)"
             ) from exc
         index = parse_index(raw, where)
         _refuse_repeats(index, where)
@@ -82,6 +83,20 @@ def open_mds(
     except BaseException:
         store.close()
         raise
+
+
+def _splits_in(root: str) -> str:
+    """What to say of a local folder without an index: the splits it holds (subfolders
+    with an index of their own, which Streaming reads with ``split=``), if any."""
+    try:
+        names = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    except OSError:
+        return ""
+    splits = [n for n in names if os.path.isfile(os.path.join(root, n, INDEX))]
+    if not splits:
+        return ""
+    listed = ", ".join(repr(n) for n in splits[:8]) + (", ..." if len(splits) > 8 else "")
+    return f"; it holds the splits {listed}: give split={splits[0]!r} (or that folder)"
 
 
 def read_from(index: MDSIndex, stored: Container[str]) -> MDSIndex:
