@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _mds_files import write_mds
 from headrace.cli import _Terminated, main
 from headrace.formats import synthetic_arrays, write_sample_file
 
@@ -509,3 +510,39 @@ def test_quoted_patterns_are_read_as_one_dataset(
     pats = [str(tmp_path / d / "*.npy") for d in "ab"]
     assert main(["check", *pats, "--format", "npy"]) == 0
     assert "4 samples read" in capsys.readouterr().out
+
+
+def test_mds_shards_are_checked_by_split_and_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    train = tmp_path / "mds" / "train"
+    write_mds(
+        train,
+        {"x": "ndarray", "y": "int"},
+        [{"x": np.arange(3, dtype=np.int8), "y": k} for k in range(20)],
+    )
+    path = train / "shard.00001.mds"
+    data = bytearray(path.read_bytes())
+    for i in (3, 8):  # samples 13 and 18: their dtype bytes, after the size of x
+        start = int(np.frombuffer(bytes(data[4 * (1 + i) : 4 * (2 + i)]), "<u4")[0])
+        data[start + 4] = 200
+    path.write_bytes(bytes(data))
+    out = tmp_path / "r.json"
+    args = ["check", str(tmp_path / "mds"), "--format", "mds", "--split", "train"]
+    assert main([*args, "--json", str(out), "--batch-size", "4"]) == 1
+    printed = capsys.readouterr().out
+    assert "2 failed" in printed and "dtype byte 200 names no ndarray dtype" in printed
+    report = json.loads(out.read_text())
+    assert sorted(p["sample"] for p in report["problems"]) == [13, 18]
+    assert report["samples"] == 20 and report["complete"] is True
+    # Only the column given is read: the damaged one left out, nothing fails.
+    assert main([*args, "--columns", "y"]) == 0
+    assert "20 samples read" in capsys.readouterr().out
+    # Without the split: the folder's splits named; flags of other formats refused.
+    assert main(["check", str(tmp_path / "mds"), "--format", "mds"]) == 2
+    assert "it holds the splits 'train': give split='train'" in capsys.readouterr().err
+    for flag in (["--width", "8"], ["--samples-per-file", "2"], ["--dtype", "uint16"]):
+        assert main([*args, *flag]) == 2
+        assert "is not for --format mds" in capsys.readouterr().err
+    assert main(["check", str(train), "--format", "npz", "--split", "train"]) == 2
+    assert "--split is for --format mds" in capsys.readouterr().err

@@ -7,10 +7,12 @@
     headrace check shards/*.bin --format tokens --dtype uint16   # several files: one source
     headrace check tokenized/ --format table --columns input_ids --width 2048 --vocab-size 50257
     headrace check 's3://bucket/train/' --format jpeg --shard 3/8    # machine 3 of 8
+    headrace check 's3://bucket/mds/' --format mds --split train --columns image,label
 
 A file dataset is read as :class:`~headrace.formats.FileSource` reads it, a token
 file as :class:`~headrace.formats.TokenSource` does, a table (Parquet, Arrow,
-``save_to_disk``) as :class:`~headrace.formats.TableSource` does, through
+``save_to_disk``) as :class:`~headrace.formats.TableSource` does, MDS shards as
+:class:`~headrace.formats.MDSSource` does, through
 :func:`~headrace.pipeline.check`. Exit status 0: every sample read; 1: problems
 (each printed: source, sample, error, message); 2: nothing could be checked (a
 bad argument, a listing that failed).
@@ -58,11 +60,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         required=True,
-        choices=(*_FILE_FORMATS, "tokens", "table"),
+        choices=(*_FILE_FORMATS, "tokens", "table", "mds"),
         help="a file format (FileSource); 'tokens': raw/nanoGPT/Megatron token files; "
-        "'table': Parquet, Arrow IPC or a datasets save_to_disk folder (TableSource)",
+        "'table': Parquet, Arrow IPC or a datasets save_to_disk folder (TableSource); "
+        "'mds': MosaicML Streaming's MDS shards (MDSSource)",
     )
-    p.add_argument("--columns", metavar="A,B", help="table columns to read (table; default: all)")
+    p.add_argument("--columns", metavar="A,B", help="columns to read (table, mds; default: all)")
+    p.add_argument(
+        "--split",
+        metavar="NAME",
+        help="the split's subfolder, as Streaming's split= (mds: DATA/NAME/index.json)",
+    )
     p.add_argument(
         "--width",
         type=int,
@@ -147,10 +155,14 @@ def _source(args: argparse.Namespace) -> Any:
         )
         if value is not None
     ]
-    if args.labels and args.format in ("table", "tokens"):
+    if args.labels and args.format in ("table", "tokens", "mds"):
         raise ConfigError("--labels is for file formats (a class folder a file)")
+    if args.split is not None and args.format != "mds":
+        raise ConfigError("--split is for --format mds (Streaming's split folders)")
     if args.format == "table":
         return _table(args, options)
+    if args.format == "mds":
+        return _mds(args, options, table_flags)
     if table_flags:
         raise ConfigError(f"{table_flags[0]} is for --format table (a table's columns)")
     if args.format == "tokens":
@@ -225,6 +237,27 @@ def _labels(given: str | None) -> str | dict[str, str] | None:
     return out
 
 
+def _mds(args: argparse.Namespace, options: dict[str, Any], table_flags: list[str]) -> Any:
+    from headrace.formats import MDSSource
+
+    others = [f for f in table_flags if f != "--columns"] + [
+        flag
+        for flag, value in (
+            ("--samples-per-file", args.samples_per_file),
+            ("--datasets", args.datasets),
+            ("--dtype", args.dtype),
+            ("--vocab-size", args.vocab_size),
+        )
+        if value is not None
+    ]
+    if others:
+        raise ConfigError(f"{others[0]} is not for --format mds (MDS columns carry their types)")
+    if len(args.data) != 1:
+        raise ConfigError("--format mds reads one dataset: give its folder or prefix once")
+    columns = [c.strip() for c in (args.columns or "").split(",") if c.strip()] or None
+    return MDSSource(args.data[0], columns=columns, split=args.split, store_options=options)
+
+
 def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     from headrace.formats import TableSource
 
@@ -284,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
         exts: tuple[str, ...] = (
             ()
             if args.format == "tokens"
+            else (".mds", ".json")
+            if args.format == "mds"
             else (".parquet", ".arrow")
             if args.format == "table"
             else file_format(args.format).extensions
@@ -374,7 +409,7 @@ def _tell(
     each class of a table's class-label columns (:func:`_column_classes`)."""
     label = " ".join(args.data)
     print(f"{label}: {report}", flush=True)
-    files = args.format not in ("tokens", "table")
+    files = args.format not in ("tokens", "table", "mds")
     skipped = source.files.skipped() if files else ""
     if skipped:
         print(f"{label}: {skipped}")
