@@ -163,8 +163,8 @@ class MDSSource(Closing):
         root = os.fspath(root).rstrip("/")
         if split is not None:
             root = f"{root}/{check_split(split)}"
-        if cache_dir is not None and not is_object_url(os.fspath(root)):
-            raise local_cache_refused(f"{os.fspath(root)!r}", [os.path.join(root, INDEX)])
+        if cache_dir is not None and not is_object_url(root):
+            raise local_cache_refused(f"{root!r}", [os.path.join(root, INDEX)])
         if window_rows is not None:
             check_window_rows(window_rows, "None: about 1 GiB of shards")
         if shard_cache_bytes is not None and (
