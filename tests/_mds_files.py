@@ -183,3 +183,20 @@ def write_mds(
         )
     (root / "index.json").write_text(json.dumps({"shards": shards, "version": 2}, sort_keys=True))
     return paths
+
+
+def write_two_bad_dtypes(root: Path) -> Path:
+    """20 samples of ``x`` (an ``ndarray`` of 3 int8) and ``y`` (``int``) in two shards,
+    samples 13 and 18 with a dtype byte (200) that names no dtype; the damaged shard."""
+    write_mds(
+        root,
+        {"x": "ndarray", "y": "int"},
+        [{"x": np.arange(3, dtype=np.int8), "y": k} for k in range(20)],
+    )
+    path = root / "shard.00001.mds"
+    data = bytearray(path.read_bytes())
+    for i in (3, 8):  # samples 13 and 18: their dtype bytes, after the size of x
+        start = int(np.frombuffer(bytes(data[4 * (1 + i) : 4 * (2 + i)]), "<u4")[0])
+        data[start + 4] = 200
+    path.write_bytes(bytes(data))
+    return path

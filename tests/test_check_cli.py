@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from _mds_files import write_mds
+from _mds_files import write_two_bad_dtypes
 from headrace.cli import _Terminated, main
 from headrace.formats import synthetic_arrays, write_sample_file
 
@@ -516,17 +516,7 @@ def test_mds_shards_are_checked_by_split_and_columns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     train = tmp_path / "mds" / "train"
-    write_mds(
-        train,
-        {"x": "ndarray", "y": "int"},
-        [{"x": np.arange(3, dtype=np.int8), "y": k} for k in range(20)],
-    )
-    path = train / "shard.00001.mds"
-    data = bytearray(path.read_bytes())
-    for i in (3, 8):  # samples 13 and 18: their dtype bytes, after the size of x
-        start = int(np.frombuffer(bytes(data[4 * (1 + i) : 4 * (2 + i)]), "<u4")[0])
-        data[start + 4] = 200
-    path.write_bytes(bytes(data))
+    write_two_bad_dtypes(train)
     out = tmp_path / "r.json"
     args = ["check", str(tmp_path / "mds"), "--format", "mds", "--split", "train"]
     assert main([*args, "--json", str(out), "--batch-size", "4"]) == 1

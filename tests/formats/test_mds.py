@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _mds_files import write_mds
+from _mds_files import write_mds, write_two_bad_dtypes
 from _row_files import odirect_works
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, ReadEOFError
 from headrace.formats import MDSSource, encode_jpeg, encode_png
@@ -458,17 +458,7 @@ def test_every_read_strategy_gives_the_same_batches(
 
 
 def test_check_lists_each_bad_sample_naming_its_shard(tmp_path: Path) -> None:
-    write_mds(
-        tmp_path,
-        {"x": "ndarray", "y": "int"},
-        [{"x": np.arange(3, dtype=np.int8), "y": k} for k in range(20)],
-    )
-    path = tmp_path / "shard.00001.mds"
-    data = bytearray(path.read_bytes())
-    for i in (3, 8):  # samples 13 and 18: their dtype bytes, after the size of x
-        start = int(np.frombuffer(bytes(data[4 * (1 + i) : 4 * (2 + i)]), "<u4")[0])
-        data[start + 4] = 200
-    path.write_bytes(bytes(data))
+    path = write_two_bad_dtypes(tmp_path)
     report = check(MDSSource(tmp_path, shuffle=False), batch_size=4)  # samples are rows
     assert [p.sample for p in report.problems] == [13, 18]
     assert [p.message for p in report.problems] == [
