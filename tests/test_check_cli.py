@@ -534,5 +534,9 @@ def test_mds_shards_are_checked_by_split_and_columns(
     for flag in (["--width", "8"], ["--samples-per-file", "2"], ["--dtype", "uint16"]):
         assert main([*args, *flag]) == 2
         assert "is not for --format mds" in capsys.readouterr().err
+    assert main([*args, "--labels", "folders"]) == 2
+    assert "--labels is for file formats" in capsys.readouterr().err
+    assert main(["check", str(train), str(train), "--format", "mds"]) == 2
+    assert "--format mds reads one dataset" in capsys.readouterr().err
     assert main(["check", str(train), "--format", "npz", "--split", "train"]) == 2
     assert "--split is for --format mds" in capsys.readouterr().err
