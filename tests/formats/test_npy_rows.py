@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.errors import ConfigError, FormatError, StorageError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats import FileSource
 from headrace.io._resident import drop_pages, resident_ranges
 from headrace.pipeline import Loader
@@ -245,6 +245,130 @@ def test_a_mapped_file_changed_during_or_between_reads_is_refused(
     assert src._by_rows is not None and src._by_rows.mapped >= 1
     src.close()
     other.close()
+
+
+def test_mapped_rows_are_copied_on_the_reading_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows in memory are a copy from the page cache: handing each file's copy to a
+    # decode thread cost more than the copy. A file refused there (truncated between
+    # reads) frees its slot as a decode thread's would: the other file reads on.
+    import threading
+
+    import headrace.formats._file_samples as samples
+
+    rng = np.random.default_rng(11)
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    decode, threads = samples.decode_npy_rows, set()
+
+    def recorded(data: Any, **kw: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return decode(data, **kw)
+
+    monkeypatch.setattr(samples, "decode_npy_rows", recorded)
+    src, whole = _pair(tmp_path, decode_threads=2)
+    asked = np.random.default_rng(0).permutation(32)[:12]
+    assert len(set(src.plan.locate(0, asked)[0].tolist())) == 2
+    assert batch_digest([src.read(0, asked)]) == batch_digest([whole.read(0, asked)])
+    assert src._by_rows is not None and src._by_rows.mapped == 2
+    assert threads == {threading.current_thread().name}
+    ours = _in_file(src, 0)
+    os.truncate(tmp_path / "1.npy", os.path.getsize(tmp_path / "1.npy") // 2)
+    with pytest.raises(StorageError, match=r"1\.npy: truncated or changed file"):
+        src.read(0, asked[::-1])
+    for k in range(4):  # more reads than the window holds files
+        got = src.read(0, ours[4 * k : 4 * k + 4])
+        assert batch_digest([got]) == batch_digest([whole.read(0, ours[4 * k : 4 * k + 4])])
+    src.close()
+    whole.close()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("how", ["renamed over", "deleted"])
+def test_a_kept_map_is_opened_once_and_dropped_for_a_file_replaced_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # A file read through a map stays open and mapped for its next visits (each visit
+    # opened, mapped and closed it: ~90 us of ~250), but only while it is the file at
+    # its path: one renamed over is refused, one deleted named as gone, as when every
+    # visit opened it. Closing the source closes what it kept.
+    import headrace.formats._file_list as file_list
+
+    rng = np.random.default_rng(9)
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    opened: list[int] = []
+    local_map = file_list.FileList.local_map
+
+    def counted(self: file_list.FileList, i: int) -> Any:
+        opened.append(i)
+        return local_map(self, i)
+
+    monkeypatch.setattr(file_list.FileList, "local_map", counted)
+    before = _open_fds()
+    src, whole = _pair(tmp_path, decode_threads=0, in_flight=1)
+    ours, theirs = _in_file(src, 0), _in_file(src, 1)
+    for k in range(4):  # each file's rows in turn: 8 visits, one map a file
+        for asked in (ours[4 * k : 4 * k + 4], theirs[4 * k : 4 * k + 4]):
+            got = src.read(0, asked)
+            assert batch_digest([got]) == batch_digest([whole.read(0, asked)])
+    assert src._by_rows is not None and src._by_rows.mapped == 8
+    assert opened == [0, 1]
+    victim = tmp_path / "0.npy"
+    if how == "renamed over":
+        np.save(tmp_path / "new.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+        os.replace(tmp_path / "new.npy", victim)
+        error: type[Exception] = StorageError
+        says = r"0\.npy: the file changed since it was listed"
+    else:
+        victim.unlink()
+        error, says = ObjectNotFoundError, r"0\.npy: no such file now; the file source listed"
+    with pytest.raises(error, match=says):
+        src.read(0, ours[:4])
+    assert opened == [0, 1, 0]  # opened again, not read through the map kept
+    src.close()
+    whole.close()
+    assert _open_fds() == before
+
+
+def test_a_kept_map_read_in_a_forked_worker_is_its_own(tmp_path: Path) -> None:
+    # A worker forked after the parent kept a map opens the file again (the parent's
+    # map and descriptors are left to the parent) and reads the same rows.
+    import multiprocessing
+
+    rng = np.random.default_rng(10)
+    np.save(tmp_path / "0.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    src, whole = _pair(tmp_path, decode_threads=0, in_flight=1)
+    samples = np.arange(4)
+    want = batch_digest([whole.read(0, samples)])
+    assert batch_digest([src.read(0, samples)]) == want
+    ranged = src._by_rows
+    assert ranged is not None and len(ranged._maps) == 1
+    kept = next(iter(ranged._maps.values()))
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.SimpleQueue()
+    # (Forked, src is the parent's object, not a pickled copy with nothing kept.)
+    child = ctx.Process(target=_read_in_child, args=(src, samples, results))
+    child.start()
+    got = results.get()
+    child.join(30)
+    assert got == (want, False)
+    assert not kept.closed  # the parent's is the parent's
+    assert batch_digest([src.read(0, samples)]) == want
+    src.close()
+    whole.close()
+
+
+def _read_in_child(src: FileSource, samples: np.ndarray, results: Any) -> None:
+    ranged = src._by_rows
+    assert ranged is not None
+    inherited = ranged._maps[0]
+    mine = ranged._local_map(0)
+    results.put((batch_digest([src.read(0, samples)]), mine is inherited))
 
 
 def test_whole_files_in_memory_are_read_through_maps(tmp_path: Path) -> None:

@@ -305,6 +305,7 @@ class FileDecoder:
         # costs O(threads) looks, not one at every decode of the read (a read of 512
         # files looked 131,000 times).
         running: list[Future[Sample | DataError]] = []
+        inline: dict[int, Sample | DataError] = {}  # decoded on this thread
         try:
             for f in order:
                 # Taking a file the window has not started would fetch past its
@@ -312,6 +313,11 @@ class FileDecoder:
                 while self.window.full_without(f) and _wait_for_one(running):
                     pass
                 data = self.window.take(f)
+                if rows is not None and isinstance(data, MappedImage):
+                    # Rows copied from pages in memory: handing the copy to a thread
+                    # cost more than it (an epoch of 16 files' 4 KB rows 0.19 -> 0.14 s).
+                    inline[f] = job(f, data)
+                    continue
                 pending[f] = self._pool.submit(job, f, data)
                 running.append(pending[f])
                 # Bound the bytes parked in the decode queue: a slot is only freed
@@ -322,10 +328,11 @@ class FileDecoder:
                     while len(running) > 2 * threads:
                         _wait_for_one(running)
             wait_done(pending.values())
-            return {f: p.result() for f, p in pending.items()}
+            return {f: inline[f] if f in inline else pending[f].result() for f in order}
         except BaseException:
             for p in pending.values():
                 p.cancel()
+            # (A file decoded on this thread was released by its job: again, a no-op.)
             for f in order:
                 if f not in pending or pending[f].cancelled():
                     done(f)

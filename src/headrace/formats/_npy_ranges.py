@@ -34,6 +34,7 @@ then says what is wrong, as before.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -50,6 +51,7 @@ from headrace.formats._sparse import MAX_GAP, MappedImage, SparseImage
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList, LocalRead
+    from headrace.io._file import LocalFile
 
 __all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "Held", "npy_layout"]
 
@@ -65,6 +67,10 @@ MAP_FROM = 1 << 20
 #: decode) is read through a map if all of it is in memory, up to this size (a
 #: ``mincore`` call costs ~50 ns a page); larger ones are read by ``pread``.
 WHOLE_RESIDENT = 16 << 20
+#: The maps of local files a source keeps open between reads, used last first: opening,
+#: mapping and closing a file at every visit cost ~90 us of a visit's ~250 (two
+#: descriptors each: see ``LocalFile.mapped``).
+KEPT_MAPS = 64
 #: With ``cache_dir``, an object's rows are kept as the 64 KiB blocks they touch (the
 #: I/O engine's gap: the bytes a joined GET may hold between two rows anyway), so a
 #: row is found again whatever rows share its read (see ``FileList.fetch_ranges``).
@@ -142,6 +148,10 @@ class RangedNpy:
         self._reader = LazyReader(local_read)
         #: Images of local files read through a map (the others: by ``pread``).
         self.mapped = 0
+        # Local files kept open and mapped, by file, least recently used first (KEPT_MAPS),
+        # for the process that opened them (a forked worker opens its own).
+        self._maps: OrderedDict[int, LocalFile] = OrderedDict()
+        self._maps_pid = os.getpid()
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
@@ -244,12 +254,13 @@ class RangedNpy:
             )
             check = files.check_entry
         else:
-            file = files.local_map(f)
+            file = self._local_map(f)
             check = files.check_listed
         if file is None:
             return None
         if not file.resident(starts, ends - starts).all():
-            file.close()
+            if files.remote:
+                file.close()
             return None
         if files.cache is not None and files.remote:
             files.cache.hit(int((ends - starts).sum()))
@@ -258,6 +269,37 @@ class RangedNpy:
         with self._lock:
             self.mapped += 1
         return image  # (the decode's want checks the file, then counts the rows)
+
+    def _local_map(self, f: int) -> LocalFile | None:
+        """Local file ``f`` mapped (:meth:`FileList.local_map`), kept open for its next
+        visits while it is still the file at its path: one renamed over or deleted since
+        is opened again, as every visit once did (and is refused as such); one changed
+        in place is refused by the image's checks (``check_listed``) at every read."""
+        path = self._files().name(f)
+        with self._lock:
+            if self._maps_pid != os.getpid():
+                self._maps.clear()  # a forked copy's: the parent's
+                self._maps_pid = os.getpid()
+            file = self._maps.pop(f, None)
+        if file is not None:
+            try:
+                st = os.stat(path)
+                same = (st.st_dev, st.st_ino) == file.identity
+            except OSError:
+                same = False
+            if not same:
+                file = None
+        if file is None:
+            file = self._files().local_map(f)
+            if file is None:
+                return None
+        with self._lock:
+            self._maps[f] = file
+            while len(self._maps) > KEPT_MAPS:
+                # Dropped, not closed: an image being decoded may still read it; the
+                # last reference closes it.
+                self._maps.popitem(last=False)
+        return file
 
     def seed(self, heads: Mapping[int, bytes]) -> None:
         """Keep headers read before (by ``samples_per_file="header"``'s count: file ->
@@ -315,9 +357,12 @@ class RangedNpy:
                 self._head_bytes -= len(old)
 
     def close(self) -> None:
-        """Close the request queue and the local reader (the headers are kept)."""
+        """Close the request queue and the local reader, and drop the maps kept (the
+        headers are kept)."""
         self._queue.close()
         self._reader.close()
+        with self._lock:
+            self._maps.clear()
 
 
 def _joined(starts: NDArray[np.int64], ends: NDArray[np.int64]) -> int:
