@@ -335,6 +335,50 @@ def test_a_kept_map_is_opened_once_and_dropped_for_a_file_replaced_since(
     assert _open_fds() == before
 
 
+def test_a_kept_map_found_in_memory_is_not_asked_again_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mincore costs ~60 us a 4 MiB file: asked at every visit, 20% of an epoch of 4 KB
+    # rows. A kept map found all in memory is read through for RESIDENT_FOR without
+    # asking; then it is asked again, and a file no longer in memory (or larger than
+    # WHOLE_RESIDENT: too dear to ask whole) has the rows of each visit asked.
+    import headrace.formats._npy_ranges as npy_ranges
+    from headrace.io._file import LocalFile
+
+    path = tmp_path / "0.npy"
+    np.save(path, np.zeros((16, 256, 256), dtype=np.float32))
+    asked: list[int] = []
+    resident = LocalFile.resident
+
+    def counted(self: LocalFile, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        asked.append(int(lengths.sum()))
+        return resident(self, offsets, lengths)
+
+    monkeypatch.setattr(LocalFile, "resident", counted)
+    now = [100.0]
+    monkeypatch.setattr(npy_ranges.time, "monotonic", lambda: now[0])
+    size = os.path.getsize(path)
+    kept = npy_ranges._Kept(LocalFile(path))
+    starts, ends = np.array([4096, 65536]), np.array([8192, 69632])
+    assert kept.in_memory(starts, ends) and kept.in_memory(starts, ends)  # just written
+    assert asked == [size]
+    drop_pages(path)
+    if resident(kept.file, np.array([0]), np.array([size])).any():
+        pytest.skip("this filesystem keeps its pages in memory (tmpfs?)")
+    now[0] += npy_ranges.RESIDENT_FOR / 2
+    assert kept.in_memory(starts, ends)  # not asked: faulted in by the decode if read
+    assert asked == [size]
+    now[0] += npy_ranges.RESIDENT_FOR / 2
+    assert not kept.in_memory(starts, ends) and not kept.in_memory(starts, ends)
+    assert asked == [size, size, 8192, 8192]  # the whole file once, then the rows asked
+    kept.file.close()
+    monkeypatch.setattr(npy_ranges, "WHOLE_RESIDENT", size - 1)
+    kept, asked[:] = npy_ranges._Kept(LocalFile(path)), []
+    assert not kept.in_memory(starts, ends) and not kept.in_memory(starts, ends)
+    assert asked == [8192, 8192]
+    kept.file.close()
+
+
 def test_a_kept_map_read_in_a_forked_worker_is_its_own(tmp_path: Path) -> None:
     # A worker forked after the parent kept a map opens the file again (the parent's
     # map and descriptors are left to the parent) and reads the same rows.
@@ -348,7 +392,7 @@ def test_a_kept_map_read_in_a_forked_worker_is_its_own(tmp_path: Path) -> None:
     assert batch_digest([src.read(0, samples)]) == want
     ranged = src._by_rows
     assert ranged is not None and len(ranged._maps) == 1
-    kept = next(iter(ranged._maps.values()))
+    kept = ranged._maps[0].file
     ctx = multiprocessing.get_context("fork")
     results = ctx.SimpleQueue()
     # (Forked, src is the parent's object, not a pickled copy with nothing kept.)
@@ -366,9 +410,10 @@ def test_a_kept_map_read_in_a_forked_worker_is_its_own(tmp_path: Path) -> None:
 def _read_in_child(src: FileSource, samples: np.ndarray, results: Any) -> None:
     ranged = src._by_rows
     assert ranged is not None
-    inherited = ranged._maps[0]
+    inherited = ranged._maps[0].file
     mine = ranged._local_map(0)
-    results.put((batch_digest([src.read(0, samples)]), mine is inherited))
+    assert mine is not None
+    results.put((batch_digest([src.read(0, samples)]), mine.file is inherited))
 
 
 def test_whole_files_in_memory_are_read_through_maps(tmp_path: Path) -> None:

@@ -34,10 +34,13 @@ then says what is wrong, as before.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -71,6 +74,11 @@ WHOLE_RESIDENT = 16 << 20
 #: mapping and closing a file at every visit cost ~90 us of a visit's ~250 (two
 #: descriptors each: see ``LocalFile.mapped``).
 KEPT_MAPS = 64
+#: A kept map whose whole file was found in memory is read through for this long
+#: without asking ``mincore`` again (~60 us a 4 MiB file at every visit: 20% of an epoch
+#: of 4 KB rows): pages evicted meanwhile are faulted in by the decode, slower, the
+#: same bytes. A file found partly in memory asks for the rows of each visit.
+RESIDENT_FOR = 1.0
 #: With ``cache_dir``, an object's rows are kept as the 64 KiB blocks they touch (the
 #: I/O engine's gap: the bytes a joined GET may hold between two rows anyway), so a
 #: row is found again whatever rows share its read (see ``FileList.fetch_ranges``).
@@ -150,7 +158,7 @@ class RangedNpy:
         self.mapped = 0
         # Local files kept open and mapped, by file, least recently used first (KEPT_MAPS),
         # for the process that opened them (a forked worker opens its own).
-        self._maps: OrderedDict[int, LocalFile] = OrderedDict()
+        self._maps: OrderedDict[int, _Kept] = OrderedDict()
         self._maps_pid = os.getpid()
 
     def applies(self, f: int) -> bool:
@@ -215,7 +223,9 @@ class RangedNpy:
         blocks are joined: :meth:`ObjectCache.blocks_read`) through a map of it, where
         the pages of its header and of rows ``rows`` (``None``: not known yet; then
         the whole file, if at most
-        ``WHOLE_RESIDENT`` bytes) are all in memory now (``mincore``): the decode
+        ``WHOLE_RESIDENT`` bytes) are all in memory now (``mincore``; a local file's map
+        is kept between visits, and one found all in memory is not asked again for
+        ``RESIDENT_FOR``): the decode
         copies the rows from the page cache, with no ``pread`` into a buffer of the
         file's size whose pages fault in first, and one copy fewer. ``None``
         otherwise, where rows are read by ``pread``: a file not in memory (pages a
@@ -253,15 +263,16 @@ class RangedNpy:
                 f, lambda: [(0, head), *zip(starts.tolist(), ends.tolist(), strict=True)]
             )
             check = files.check_entry
-        else:
-            file = self._local_map(f)
-            check = files.check_listed
-        if file is None:
-            return None
-        if not file.resident(starts, ends - starts).all():
-            if files.remote:
+            if file is None:
+                return None
+            if not file.resident(starts, ends - starts).all():
                 file.close()
-            return None
+                return None
+        else:
+            local = self._local_map(f)
+            if local is None or not local.in_memory(starts, ends):
+                return None
+            file, check = local.file, files.check_listed
         if files.cache is not None and files.remote:
             files.cache.hit(int((ends - starts).sum()))
         image = MappedImage(file, files.name(f), lambda fd: check(f, fd), size)
@@ -270,7 +281,7 @@ class RangedNpy:
             self.mapped += 1
         return image  # (the decode's want checks the file, then counts the rows)
 
-    def _local_map(self, f: int) -> LocalFile | None:
+    def _local_map(self, f: int) -> _Kept | None:
         """Local file ``f`` mapped (:meth:`FileList.local_map`), kept open for its next
         visits while it is still the file at its path: one renamed over or deleted since
         is opened again, as every visit once did (and is refused as such); one changed
@@ -280,26 +291,27 @@ class RangedNpy:
             if self._maps_pid != os.getpid():
                 self._maps.clear()  # a forked copy's: the parent's
                 self._maps_pid = os.getpid()
-            file = self._maps.pop(f, None)
-        if file is not None:
+            kept = self._maps.pop(f, None)
+        if kept is not None:
             try:
                 st = os.stat(path)
-                same = (st.st_dev, st.st_ino) == file.identity
+                same = (st.st_dev, st.st_ino) == kept.file.identity
             except OSError:
                 same = False
             if not same:
-                file = None
-        if file is None:
+                kept = None
+        if kept is None:
             file = self._files().local_map(f)
             if file is None:
                 return None
+            kept = _Kept(file)
         with self._lock:
-            self._maps[f] = file
+            self._maps[f] = kept
             while len(self._maps) > KEPT_MAPS:
                 # Dropped, not closed: an image being decoded may still read it; the
                 # last reference closes it.
                 self._maps.popitem(last=False)
-        return file
+        return kept
 
     def seed(self, heads: Mapping[int, bytes]) -> None:
         """Keep headers read before (by ``samples_per_file="header"``'s count: file ->
@@ -363,6 +375,25 @@ class RangedNpy:
         self._reader.close()
         with self._lock:
             self._maps.clear()
+
+
+@dataclass
+class _Kept:
+    """A local file kept open and mapped between visits, and what ``mincore`` said of
+    it last (``RESIDENT_FOR``)."""
+
+    file: LocalFile
+    asked_at: float = -math.inf  # when the whole file was last asked about
+    whole: bool = False  # whether it was all in memory then
+
+    def in_memory(self, starts: NDArray[np.int64], ends: NDArray[np.int64]) -> bool:
+        """Whether the pages of bytes ``[starts, ends)`` are in memory (a hint)."""
+        now = time.monotonic()
+        size = self.file.size
+        if now - self.asked_at >= RESIDENT_FOR and size <= WHOLE_RESIDENT:
+            self.whole = bool(self.file.resident(np.zeros(1, np.int64), np.full(1, size)).all())
+            self.asked_at = now
+        return self.whole or bool(self.file.resident(starts, ends - starts).all())
 
 
 def _joined(starts: NDArray[np.int64], ends: NDArray[np.int64]) -> int:
