@@ -335,6 +335,46 @@ def test_a_kept_map_is_opened_once_and_dropped_for_a_file_replaced_since(
     assert _open_fds() == before
 
 
+def test_kept_maps_are_bounded_by_count_and_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At most KEPT_MAPS files and KEPT_MAP_BYTES of them are kept (a kept map's pages
+    # read count in RSS), the one used longest ago dropped first; a file larger than
+    # the bytes is mapped afresh at each visit.
+    import headrace.formats._npy_ranges as npy_ranges
+
+    for i, rows in enumerate([16, 16, 16, 32]):
+        np.save(tmp_path / f"{i}.npy", np.zeros((rows, 256, 256), dtype=np.float32))
+    size = os.path.getsize(tmp_path / "0.npy")
+    src, whole = _pair(tmp_path)
+    whole.close()
+    ranged = src._by_rows
+    assert ranged is not None
+
+    def visits(order: list[int]) -> list[bool]:
+        """For each visit: whether it found the file kept."""
+        kept = []
+        for f in order:
+            before = ranged._maps.get(f)
+            got = ranged._local_map(f)
+            assert got is not None
+            kept.append(got is before)
+        return kept
+
+    monkeypatch.setattr(npy_ranges, "KEPT_MAPS", 2)
+    assert visits([0, 1, 0, 2, 0, 1]) == [False, False, True, False, True, False]
+    monkeypatch.setattr(npy_ranges, "KEPT_MAPS", 64)
+    ranged.close()
+    monkeypatch.setattr(npy_ranges, "KEPT_MAP_BYTES", 2 * size)
+    assert visits([0, 1, 0, 2, 0, 1]) == [False, False, True, False, True, False]
+    assert ranged._map_bytes == 2 * size
+    ranged.close()
+    monkeypatch.setattr(npy_ranges, "KEPT_MAP_BYTES", size + size // 2)
+    assert visits([0, 3, 3, 0]) == [False, False, False, True]  # 3: twice the bytes
+    assert ranged._map_bytes == size and list(ranged._maps) == [0]
+    src.close()
+
+
 def test_a_kept_map_found_in_memory_is_not_asked_again_for_a_while(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

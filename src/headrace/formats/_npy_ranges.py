@@ -72,8 +72,11 @@ MAP_FROM = 1 << 20
 WHOLE_RESIDENT = 16 << 20
 #: The maps of local files a source keeps open between reads, used last first: opening,
 #: mapping and closing a file at every visit cost ~90 us of a visit's ~250 (two
-#: descriptors each: see ``LocalFile.mapped``).
+#: descriptors each: see ``LocalFile.mapped``); and at most ``KEPT_MAP_BYTES`` of files
+#: (the pages a map has read count in the process's RSS while it is kept; a larger file
+#: is mapped for each visit).
 KEPT_MAPS = 64
+KEPT_MAP_BYTES = 256 << 20
 #: A kept map whose whole file was found in memory is read through for this long
 #: without asking ``mincore`` again (~60 us a 4 MiB file at every visit: 20% of an epoch
 #: of 4 KB rows): pages evicted meanwhile are faulted in by the decode, slower, the
@@ -159,6 +162,7 @@ class RangedNpy:
         # Local files kept open and mapped, by file, least recently used first (KEPT_MAPS),
         # for the process that opened them (a forked worker opens its own).
         self._maps: OrderedDict[int, _Kept] = OrderedDict()
+        self._map_bytes = 0  # their files' sizes
         self._maps_pid = os.getpid()
 
     def applies(self, f: int) -> bool:
@@ -289,9 +293,11 @@ class RangedNpy:
         path = self._files().name(f)
         with self._lock:
             if self._maps_pid != os.getpid():
-                self._maps.clear()  # a forked copy's: the parent's
+                self._drop_maps()  # a forked copy's: the parent's
                 self._maps_pid = os.getpid()
             kept = self._maps.pop(f, None)
+            if kept is not None:
+                self._map_bytes -= kept.file.size
         if kept is not None:
             try:
                 st = os.stat(path)
@@ -305,13 +311,20 @@ class RangedNpy:
             if file is None:
                 return None
             kept = _Kept(file)
+        if kept.file.size > KEPT_MAP_BYTES:
+            return kept
         with self._lock:
             self._maps[f] = kept
-            while len(self._maps) > KEPT_MAPS:
+            self._map_bytes += kept.file.size
+            while len(self._maps) > KEPT_MAPS or self._map_bytes > KEPT_MAP_BYTES:
                 # Dropped, not closed: an image being decoded may still read it; the
                 # last reference closes it.
-                self._maps.popitem(last=False)
+                self._map_bytes -= self._maps.popitem(last=False)[1].file.size
         return kept
+
+    def _drop_maps(self) -> None:
+        self._maps.clear()
+        self._map_bytes = 0
 
     def seed(self, heads: Mapping[int, bytes]) -> None:
         """Keep headers read before (by ``samples_per_file="header"``'s count: file ->
@@ -374,7 +387,7 @@ class RangedNpy:
         self._queue.close()
         self._reader.close()
         with self._lock:
-            self._maps.clear()
+            self._drop_maps()
 
 
 @dataclass
