@@ -34,13 +34,9 @@ then says what is wrong, as before.
 
 from __future__ import annotations
 
-import math
-import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,13 +44,13 @@ from numpy.typing import NDArray
 
 from headrace.errors import FormatError
 from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
+from headrace.formats._kept_maps import KEPT, WHOLE_RESIDENT, KeptMap
 from headrace.formats._lazy_queue import LazyQueue, LazyReader
 from headrace.formats._npy import NPY_HEAD, npy_header
 from headrace.formats._sparse import MAX_GAP, MappedImage, SparseImage
 
 if TYPE_CHECKING:
     from headrace.formats._file_list import FileList, LocalRead
-    from headrace.io._file import LocalFile
 
 __all__ = ["CACHE_BLOCK", "HEAD_BYTES", "RangedNpy", "Held", "npy_layout"]
 
@@ -66,22 +62,6 @@ GUESSES = 1 << 16
 #: for the file to be read through a map instead: below it, a map's cost was more than
 #: the buffer's (64 KiB files by rows, page cache: 2.7 s mapped against 1.3 by pread).
 MAP_FROM = 1 << 20
-#: A local file whose rows are not known when it is opened (they are asked by the
-#: decode) is read through a map if all of it is in memory, up to this size (a
-#: ``mincore`` call costs ~50 ns a page); larger ones are read by ``pread``.
-WHOLE_RESIDENT = 16 << 20
-#: The maps of local files a source keeps open between reads, used last first: opening,
-#: mapping and closing a file at every visit cost ~90 us of a visit's ~250 (two
-#: descriptors each: see ``LocalFile.mapped``); and at most ``KEPT_MAP_BYTES`` of files
-#: (the pages a map has read count in the process's RSS while it is kept; a larger file
-#: is mapped for each visit).
-KEPT_MAPS = 64
-KEPT_MAP_BYTES = 256 << 20
-#: A kept map whose whole file was found in memory is read through for this long
-#: without asking ``mincore`` again (~60 us a 4 MiB file at every visit: 20% of an epoch
-#: of 4 KB rows): pages evicted meanwhile are faulted in by the decode, slower, the
-#: same bytes. A file found partly in memory asks for the rows of each visit.
-RESIDENT_FOR = 1.0
 #: With ``cache_dir``, an object's rows are kept as the 64 KiB blocks they touch (the
 #: I/O engine's gap: the bytes a joined GET may hold between two rows anyway), so a
 #: row is found again whatever rows share its read (see ``FileList.fetch_ranges``).
@@ -159,11 +139,7 @@ class RangedNpy:
         self._reader = LazyReader(local_read)
         #: Images of local files read through a map (the others: by ``pread``).
         self.mapped = 0
-        # Local files kept open and mapped, by file, least recently used first (KEPT_MAPS),
-        # for the process that opened them (a forked worker opens its own).
-        self._maps: OrderedDict[int, _Kept] = OrderedDict()
-        self._map_bytes = 0  # their files' sizes
-        self._maps_pid = os.getpid()
+        self._owner = KEPT.owner()  # of the local files' maps kept (_kept_maps)
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
@@ -228,8 +204,8 @@ class RangedNpy:
         the pages of its header and of rows ``rows`` (``None``: not known yet; then
         the whole file, if at most
         ``WHOLE_RESIDENT`` bytes) are all in memory now (``mincore``; a local file's map
-        is kept between visits, and one found all in memory is not asked again for
-        ``RESIDENT_FOR``): the decode
+        is kept between visits, and one found all in memory is not asked again for a
+        while: :mod:`~headrace.formats._kept_maps`): the decode
         copies the rows from the page cache, with no ``pread`` into a buffer of the
         file's size whose pages fault in first, and one copy fewer. ``None``
         otherwise, where rows are read by ``pread``: a file not in memory (pages a
@@ -285,46 +261,12 @@ class RangedNpy:
             self.mapped += 1
         return image  # (the decode's want checks the file, then counts the rows)
 
-    def _local_map(self, f: int) -> _Kept | None:
-        """Local file ``f`` mapped (:meth:`FileList.local_map`), kept open for its next
-        visits while it is still the file at its path: one renamed over or deleted since
-        is opened again, as every visit once did (and is refused as such); one changed
-        in place is refused by the image's checks (``check_listed``) at every read."""
-        path = self._files().name(f)
-        with self._lock:
-            if self._maps_pid != os.getpid():
-                self._drop_maps()  # a forked copy's: the parent's
-                self._maps_pid = os.getpid()
-            kept = self._maps.pop(f, None)
-            if kept is not None:
-                self._map_bytes -= kept.file.size
-        if kept is not None:
-            try:
-                st = os.stat(path)
-                same = (st.st_dev, st.st_ino) == kept.file.identity
-            except OSError:
-                same = False
-            if not same:
-                kept = None
-        if kept is None:
-            file = self._files().local_map(f)
-            if file is None:
-                return None
-            kept = _Kept(file)
-        if kept.file.size > KEPT_MAP_BYTES:
-            return kept
-        with self._lock:
-            self._maps[f] = kept
-            self._map_bytes += kept.file.size
-            while len(self._maps) > KEPT_MAPS or self._map_bytes > KEPT_MAP_BYTES:
-                # Dropped, not closed: an image being decoded may still read it; the
-                # last reference closes it.
-                self._map_bytes -= self._maps.popitem(last=False)[1].file.size
-        return kept
-
-    def _drop_maps(self) -> None:
-        self._maps.clear()
-        self._map_bytes = 0
+    def _local_map(self, f: int) -> KeptMap | None:
+        """Local file ``f`` mapped (:meth:`FileList.local_map`), kept for its next visits
+        (:data:`~headrace.formats._kept_maps.KEPT`); one changed in place is refused by
+        the image's checks (``check_listed``) at every read."""
+        files = self._files()
+        return KEPT.get(self._owner, f, files.name(f), lambda: files.local_map(f))
 
     def seed(self, heads: Mapping[int, bytes]) -> None:
         """Keep headers read before (by ``samples_per_file="header"``'s count: file ->
@@ -386,27 +328,7 @@ class RangedNpy:
         headers are kept)."""
         self._queue.close()
         self._reader.close()
-        with self._lock:
-            self._drop_maps()
-
-
-@dataclass
-class _Kept:
-    """A local file kept open and mapped between visits, and what ``mincore`` said of
-    it last (``RESIDENT_FOR``)."""
-
-    file: LocalFile
-    asked_at: float = -math.inf  # when the whole file was last asked about
-    whole: bool = False  # whether it was all in memory then
-
-    def in_memory(self, starts: NDArray[np.int64], ends: NDArray[np.int64]) -> bool:
-        """Whether the pages of bytes ``[starts, ends)`` are in memory (a hint)."""
-        now = time.monotonic()
-        size = self.file.size
-        if now - self.asked_at >= RESIDENT_FOR and size <= WHOLE_RESIDENT:
-            self.whole = bool(self.file.resident(np.zeros(1, np.int64), np.full(1, size)).all())
-            self.asked_at = now
-        return self.whole or bool(self.file.resident(starts, ends - starts).all())
+        KEPT.drop(self._owner)
 
 
 def _joined(starts: NDArray[np.int64], ends: NDArray[np.int64]) -> int:
