@@ -335,6 +335,43 @@ def test_a_kept_map_is_opened_once_and_dropped_for_a_file_replaced_since(
     assert _open_fds() == before
 
 
+def test_the_next_reads_rows_of_this_reads_last_file_join_its_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The decoder keeps a read's last file for the next read: the next read's rows of it
+    # are fetched with this read's, one fetch, where its decode fetched them again
+    # after (a second round trip: GETs on object storage). Rows of 64 KiB, 4 a read:
+    # by pread (a map is for 1 MiB or more), none joined with another.
+    import headrace.formats._file_list as file_list
+
+    rng = np.random.default_rng(12)
+    for i in range(2):
+        np.save(tmp_path / f"{i}.npy", rng.standard_normal((64, 16384), dtype=np.float32))
+    fetched: list[int] = []
+    local_ranges = file_list.FileList.local_ranges
+
+    def counted(self: file_list.FileList, i: int, reader: Any = None) -> Any:
+        fetch = local_ranges(self, i, reader)
+
+        def each(spans: list[tuple[int, int]], buf: np.ndarray) -> None:
+            fetched.append(i)
+            fetch(spans, buf)
+
+        return each
+
+    monkeypatch.setattr(file_list.FileList, "local_ranges", counted)
+    src, whole = _pair(tmp_path, in_flight=1, decode_threads=0)
+    first, last = _in_file(src, 0), _in_file(src, 1)
+    reads = [np.concatenate([first[:4], last[:4]]), last[4:8]]
+    assert src.plan.locate(0, reads[0])[0].tolist() == [0] * 4 + [1] * 4
+    src.followed_by(0, reads[1])
+    for asked in reads:
+        assert batch_digest([src.read(0, asked)]) == batch_digest([whole.read(0, asked)])
+    assert fetched == [0, 1]  # the second read's rows came with the first's fetch of 1
+    src.close()
+    whole.close()
+
+
 def test_whole_files_in_memory_are_read_through_maps(tmp_path: Path) -> None:
     # A reader of whole files (IterableFiles) asks no rows ahead: a file in memory is
     # mapped whole, each byte counted once, the same batches as the map-style reader's.
