@@ -39,9 +39,7 @@ def _pair(root: Path, **kw: Any) -> tuple[FileSource, FileSource]:
 def test_samples_read_only_their_rows_with_the_whole_files_batches(tmp_path: Path) -> None:
     # 6 files of 64 samples of 64x64 float32 (1 MiB a file): 8 samples read. Whole,
     # each read fetched every file it touched: about 6 MiB for 128 KiB of samples.
-    rng = np.random.default_rng(0)
-    for i in range(6):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((64, 64, 64), dtype=np.float32))
+    _random_files(tmp_path, 0, 6, (64, 64, 64))
     ranged, whole = _pair(tmp_path, samples_per_file=64)
     assert ranged._by_rows is not None and whole._by_rows is None
     assert _digest(ranged, steps=2, batch=4) == _digest(whole, steps=2, batch=4)
@@ -147,9 +145,7 @@ def test_files_in_memory_are_read_through_maps_and_others_by_pread(tmp_path: Pat
     # its pages in one at a time), as are a few rows (a map costs more). The same
     # batches each way. Rows of 256 KiB; headers counted first (each file's first read
     # knows its rows).
-    rng = np.random.default_rng(5)
-    for i in range(4):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    _random_files(tmp_path, 5, 4)
     everything, few = np.arange(64), np.arange(3)
     ranged, whole = _pair(tmp_path)
     asks = {"all": everything, "few": few, "reversed": everything[::-1]}
@@ -199,6 +195,17 @@ def test_rows_read_through_a_map_are_copies_in_a_ragged_batch(tmp_path: Path) ->
     whole.close()
 
 
+def _random_files(
+    root: Path, seed: int, n: int = 2, shape: tuple[int, ...] = (16, 256, 256)
+) -> np.random.Generator:
+    """``n`` files ``0.npy``... of random float32 of ``shape`` (by default 16 rows of
+    256 KiB: read by rows through a map where in memory); the generator, for more."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        np.save(root / f"{i}.npy", rng.standard_normal(shape, dtype=np.float32))
+    return rng
+
+
 def _in_file(src: FileSource, f: int) -> np.ndarray:
     """The sample numbers (seed 0) that file ``f`` holds, in a random order."""
     samples = np.arange(src.samples_per_epoch)
@@ -212,9 +219,7 @@ def test_a_mapped_file_changed_during_or_between_reads_is_refused(
     # Read through a map, a file is checked before the rows are copied (a file that
     # shrank under a map would be SIGBUS at the copy) and after (written in place
     # during the copy: refused, as a pread's check after the read refuses it).
-    rng = np.random.default_rng(7)
-    for i in range(2):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    rng = _random_files(tmp_path, 7)
     victim = tmp_path / "0.npy"
     # Between reads: the first read's file is kept for the next (its image, its map).
     src, other = _pair(tmp_path)
@@ -257,9 +262,7 @@ def test_mapped_rows_are_copied_on_the_reading_thread(
 
     import headrace.formats._file_samples as samples
 
-    rng = np.random.default_rng(11)
-    for i in range(2):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    _random_files(tmp_path, 11)
     decode, threads = samples.decode_npy_rows, set()
 
     def recorded(data: Any, **kw: Any) -> Any:
@@ -298,9 +301,7 @@ def test_a_kept_map_is_opened_once_and_dropped_for_a_file_replaced_since(
     # visit opened it. Closing the source closes what it kept.
     import headrace.formats._file_list as file_list
 
-    rng = np.random.default_rng(9)
-    for i in range(2):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((16, 256, 256), dtype=np.float32))
+    rng = _random_files(tmp_path, 9)
     opened: list[int] = []
     local_map = file_list.FileList.local_map
 
@@ -344,9 +345,7 @@ def test_the_next_reads_rows_of_this_reads_last_file_join_its_fetch(
     # by pread (a map is for 1 MiB or more), none joined with another.
     import headrace.formats._file_list as file_list
 
-    rng = np.random.default_rng(12)
-    for i in range(2):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((64, 16384), dtype=np.float32))
+    _random_files(tmp_path, 12, 2, (64, 16384))
     fetched: list[int] = []
     local_ranges = file_list.FileList.local_ranges
 
@@ -377,9 +376,7 @@ def test_whole_files_in_memory_are_read_through_maps(tmp_path: Path) -> None:
     # mapped whole, each byte counted once, the same batches as the map-style reader's.
     from headrace.formats import IterableFiles
 
-    rng = np.random.default_rng(8)
-    for i in range(2):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((8, 256, 256), dtype=np.float32))
+    _random_files(tmp_path, 8, 2, (8, 256, 256))
     ranged, whole = _pair(tmp_path)
     it = IterableFiles(ranged, batch_size=4)
     got = list(it.epoch(0, 0))
@@ -498,9 +495,7 @@ def test_each_chunk_is_located_once_and_its_batches_are_the_same(
     # files), by the loader's prefetch and by its own read.
     from headrace.formats._file_plan import FilePlan
 
-    rng = np.random.default_rng(1)
-    for i in range(4):
-        np.save(tmp_path / f"{i}.npy", rng.standard_normal((50, 8), dtype=np.float32))
+    _random_files(tmp_path, 1, 4, (50, 8))
     kw: dict[str, Any] = {"samples_per_file": 50, "shuffle": "samples", "npy_ranges_above": 0}
     want = _digest(FileSource(tmp_path, format="npy", mode="map-style", **kw), steps=12, batch=8)
     located: list[int] = []
