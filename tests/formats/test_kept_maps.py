@@ -135,25 +135,34 @@ def test_a_map_found_in_memory_is_not_asked_again_for_a_while(
     kept.file.close()
 
 
+_FORKED = """
+import os, sys
+from headrace.formats._kept_maps import KeptMaps
+from headrace.io._file import LocalFile
+path = sys.argv[1]
+maps = KeptMaps()
+owner = maps.owner()
+parents = maps.get(owner, 0, path, lambda: LocalFile(path))
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    mine = maps.get(owner, 0, path, lambda: LocalFile(path))
+    os.write(write, f"{mine is parents} {len(maps)}".encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(read, 100).decode(), maps.kept(owner)[0] is parents, parents.file.closed)
+"""
+
+
 def test_a_forked_process_drops_the_parents_maps(tmp_path: Path) -> None:
     # A worker forked after its parent kept maps opens its own (the parent's descriptors
-    # and maps are the parent's), and leaves the parent's kept.
-    import multiprocessing
+    # and maps are the parent's), and leaves the parent's kept. In a process of its
+    # own: one that imported JAX warns at every fork (an error under this suite).
+    import subprocess
+    import sys
 
     paths = _files(tmp_path, [16])
-    maps = KeptMaps()
-    owner = maps.owner()
-    parents = maps.get(owner, 0, paths[0], lambda: LocalFile(paths[0]))
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.SimpleQueue()
-    child = ctx.Process(target=_child, args=(maps, owner, paths[0], parents, results))
-    child.start()
-    got = results.get()
-    child.join(30)
-    assert got == (False, 1)
-    assert maps.kept(owner)[0] is parents and not parents.file.closed
-
-
-def _child(maps: KeptMaps, owner: int, path: str, parents: KeptMap | None, results: object) -> None:
-    mine = maps.get(owner, 0, path, lambda: LocalFile(path))
-    results.put((mine is parents, len(maps)))  # type: ignore[attr-defined]
+    got = subprocess.run(
+        [sys.executable, "-c", _FORKED, paths[0]], capture_output=True, text=True, check=True
+    )
+    assert got.stdout.split() == ["False", "1", "True", "False"], got.stderr
