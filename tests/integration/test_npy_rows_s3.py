@@ -260,6 +260,65 @@ def test_rows_of_objects_whose_blocks_were_joined_are_read_through_a_map(
     local.close()
 
 
+def test_a_joined_entrys_map_is_kept_and_its_blocks_still_checked(
+    s3: S3Fixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a local file's, an entry's map is kept between visits (opened once), but the
+    # blocks a visit reads are checked as before, once a process: a block damaged after
+    # the map was kept is found at the visit that first reads it, the entry removed,
+    # and the rows read from the store.
+    import headrace.formats._file_list as file_list
+
+    _rows_of_4_kib(s3, tmp_path, "npyrows/kept", 2, seed=7)
+    kw: dict[str, Any] = {"samples_per_file": 1024, "shuffle": "samples", "npy_ranges_above": 0}
+    local = FileSource(tmp_path, format="npy", **kw)
+
+    def cached() -> FileSource:
+        return _source(s3, "npyrows/kept", cache_dir=tmp_path / "cache", **kw)
+
+    for _ in range(2):  # fills the blocks, then joins them
+        src = cached()
+        _digest(src, steps=32, batch=64)
+        src.close()
+    opened: list[int] = []
+    cached_map = file_list.FileList.cached_map
+
+    def counted(self: file_list.FileList, i: int, spans: Any) -> Any:
+        opened.append(i)
+        return cached_map(self, i, spans)
+
+    monkeypatch.setattr(file_list.FileList, "cached_map", counted)
+    src = cached()
+    files, items = src.plan.locate(0, np.arange(src.samples_per_epoch))
+
+    def rows_of(f: int, rows: range) -> np.ndarray:
+        """The samples of object ``f``'s rows ``rows`` (4 KiB each: 16 a 64 KiB block;
+        through a map where they join into 1 MiB or more)."""
+        return np.flatnonzero((files == f) & np.isin(items, list(rows)))
+
+    def read(asked: np.ndarray) -> None:
+        assert batch_digest([src.read(0, asked)]) == batch_digest([local.read(0, asked)])
+
+    # The objects take turns (the last file of a read is kept for the next as it is,
+    # not visited again): read by ranges first (learning each header), then through
+    # a map, then through the map kept.
+    for rows in (range(0, 512, 2), range(1, 512, 2), range(0, 512, 4)):
+        for f in (0, 1):
+            read(rows_of(f, rows))
+    assert src._by_rows is not None and src._by_rows.mapped == 4
+    assert opened == [0, 1]
+    entry = src.files.cache.path(src.files.cache_key(0), src.files.sizes[0], src.files.etags[0])
+    with open(entry, "r+b") as f:  # in block 37 (rows 608-623), not read yet
+        f.seek(128 + 612 * 4096)
+        f.write(b"\xff" * 64)
+    with pytest.warns(RuntimeWarning, match=r"has bytes that are not what was written"):
+        read(rows_of(0, range(512, 1024, 2)))
+    assert not os.path.exists(entry)
+    assert src.files.store.stats.bytes > 0  # the rows came from the store
+    src.close()
+    local.close()
+
+
 _READER = """
 import json, sys
 from headrace.formats import FileSource

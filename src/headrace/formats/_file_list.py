@@ -314,10 +314,26 @@ class FileList:
         """Object ``i``'s whole entry in the cache, open and its bytes ``spans``
         checked, to map; ``None`` where there is none, or it cannot be mapped (see
         :meth:`ObjectCache.open_whole`)."""
+        at = self._cached(i)
+        return None if at is None else at[0].open_whole(at[1], self.sizes[i], at[2], spans)
+
+    def cached_entry(self, i: int) -> str | None:
+        """Where object ``i``'s whole entry in the cache is (if any), or ``None``."""
+        at = self._cached(i)
+        return None if at is None else at[0].path(at[1], self.sizes[i], at[2])
+
+    def cached_checked(self, i: int, f: LocalFile, spans: Spans) -> bool:
+        """Whether object ``i``'s whole entry, kept open as ``f`` since a
+        :meth:`cached_map`, holds what was written where ``spans`` lie."""
+        at = self._cached(i)
+        return at is not None and at[0].whole_checked(at[1], self.sizes[i], at[2], f, spans)
+
+    def _cached(self, i: int) -> tuple[ObjectCache, str, str] | None:
+        """The cache, object ``i``'s key in it and its ETag, where it may be cached."""
         etag = self.etags[i]
         if self.cache is None or self.cache_key is None or etag is None or etag.startswith("W/"):
             return None
-        return self.cache.open_whole(self.cache_key(i), self.sizes[i], etag, spans)
+        return self.cache, self.cache_key(i), etag
 
     def check_entry(self, i: int, fd: int) -> None:
         """Refuse to read the map of object ``i``'s cache entry (``fd``) unless it still

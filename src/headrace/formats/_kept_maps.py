@@ -1,7 +1,8 @@
 """Maps of local files kept open between visits: one budget for the whole process.
 
-A source reading NPY files by rows maps a local file whose rows are in memory and
-copies them from the page cache (:class:`~headrace.formats._npy_ranges.RangedNpy`).
+A source reading NPY files by rows maps a local file whose rows are in memory (or an
+object's whole entry in ``cache_dir``) and copies them from the page cache
+(:class:`~headrace.formats._npy_ranges.RangedNpy`).
 Opening, mapping and closing the file at every visit cost ~90 us of a visit's ~250
 (16 files of 4 KB rows); here the maps used last stay open for the next visits: at
 most ``KEPT_MAPS`` of them (two descriptors each: see ``LocalFile.mapped``) and
@@ -10,7 +11,8 @@ RSS), for all the sources of the process together, so that a mixture of many
 sources holds no more descriptors or pages than one. A larger file is mapped afresh
 at each visit. A map is kept while the file at its path is the one it maps (an
 ``os.stat`` a visit): one renamed over or deleted since is opened again, and
-refused as such. A forked worker opens its own.
+refused as such; a cache entry's blocks that a visit reads are still checked, once a
+process (``still_good``). A forked worker opens its own.
 """
 
 from __future__ import annotations
@@ -79,10 +81,17 @@ class KeptMaps:
         return next(self._owners)
 
     def get(
-        self, owner: int, f: int, path: str, open_map: Callable[[], LocalFile | None]
+        self,
+        owner: int,
+        f: int,
+        path: str,
+        open_map: Callable[[], LocalFile | None],
+        still_good: Callable[[LocalFile], bool] | None = None,
     ) -> KeptMap | None:
         """File ``f`` of ``owner`` (at ``path``) mapped: kept from a visit before if it
-        is still the file at ``path``, else ``open_map()`` (``None``: not to be mapped)."""
+        is still the file at ``path`` (and ``still_good`` of it, where given: a cache
+        entry's bytes this visit reads checked), else ``open_map()`` (``None``: not to be
+        mapped)."""
         key = (owner, f)
         with self._lock:
             if self._pid != os.getpid():
@@ -91,7 +100,9 @@ class KeptMaps:
             kept = self._maps.pop(key, None)
             if kept is not None:
                 self.nbytes -= kept.file.size
-        if kept is not None and not _at(path, kept.file):
+        if kept is not None and not (
+            _at(path, kept.file) and (still_good is None or still_good(kept.file))
+        ):
             kept = None
         if kept is None:
             file = open_map()

@@ -239,20 +239,29 @@ class RangedNpy:
             return None
         if files.remote:  # its whole entry in the cache, if any (the bytes read checked)
             head = kept[1][0]
-            file = files.cached_map(
-                f, lambda: [(0, head), *zip(starts.tolist(), ends.tolist(), strict=True)]
+
+            def spans() -> list[tuple[int, int]]:
+                return [(0, head), *zip(starts.tolist(), ends.tolist(), strict=True)]
+
+            entry = files.cached_entry(f)
+            local = (
+                None
+                if entry is None
+                else KEPT.get(
+                    self._owner,
+                    f,
+                    entry,
+                    lambda: files.cached_map(f, spans),
+                    lambda file: files.cached_checked(f, file, spans),
+                )
             )
             check = files.check_entry
-            if file is None:
-                return None
-            if not file.resident(starts, ends - starts).all():
-                file.close()
-                return None
         else:
             local = self._local_map(f)
-            if local is None or not local.in_memory(starts, ends):
-                return None
-            file, check = local.file, files.check_listed
+            check = files.check_listed
+        if local is None or not local.in_memory(starts, ends):
+            return None
+        file = local.file
         if files.cache is not None and files.remote:
             files.cache.hit(int((ends - starts).sum()))
         image = MappedImage(file, files.name(f), lambda fd: check(f, fd), size)

@@ -311,18 +311,26 @@ class ObjectCache:
         if f is None:
             return None
         try:
-            if not self._checked_spans(path, f, size, spans, self._table_path(url, size, etag)):
-                f.close()
-                return None
-            if f.network or not f.mappable:
-                f.close()
-                return None
+            if self.whole_checked(url, size, etag, f, spans) and not f.network and f.mappable:
+                return f
         except StorageError as exc:
-            f.close()
             self._failed("read", path, exc)
             self._miss()
-            return None
-        return f
+        f.close()
+        return None
+
+    def whole_checked(self, url: str, size: int, etag: str, f: LocalFile, spans: Spans) -> bool:
+        """Whether the bytes ``spans`` lie in of the object's whole entry, open as ``f``
+        (kept open by the caller: :meth:`open_whole`), are what was written, each block
+        checked once a process (see :meth:`_checked_spans`); a failed read is counted
+        as any read's."""
+        path = self.path(url, size, etag)
+        try:
+            return self._checked_spans(path, f, size, spans, self._table_path(url, size, etag))
+        except StorageError as exc:
+            self._failed("read", path, exc)
+            self._miss()
+            return False
 
     def blocks_read(self, url: str, size: int, etag: str, block: int, n: int) -> None:
         """Count ``n`` reads of the object's ``block``-byte blocks (each an entry of its
