@@ -13,6 +13,7 @@ import pytest
 
 from headrace.errors import ConfigError, FormatError, ObjectNotFoundError, StorageError
 from headrace.formats import FileSource
+from headrace.formats._kept_maps import KEPT
 from headrace.io._resident import drop_pages, resident_ranges
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -332,6 +333,24 @@ def test_a_kept_map_is_opened_once_and_dropped_for_a_file_replaced_since(
         src.read(0, ours[:4])
     assert opened == [0, 1, 0]  # opened again, not read through the map kept
     src.close()
+    whole.close()
+    assert _open_fds() == before
+
+
+def test_a_source_dropped_without_close_keeps_no_map(tmp_path: Path) -> None:
+    import gc
+
+    _random_files(tmp_path, 13)
+    before = _open_fds()
+    src, whole = _pair(tmp_path, decode_threads=0, in_flight=1)
+    for f in (0, 1, 0):
+        src.read(0, _in_file(src, f)[:8])
+    assert src._by_rows is not None
+    owner = src._by_rows._owner
+    assert set(KEPT.kept(owner)) == {0, 1}
+    del src
+    gc.collect()
+    assert KEPT.kept(owner) == {}
     whole.close()
     assert _open_fds() == before
 

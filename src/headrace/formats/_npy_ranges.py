@@ -35,6 +35,7 @@ then says what is wrong, as before.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -139,7 +140,9 @@ class RangedNpy:
         self._reader = LazyReader(local_read)
         #: Images of local files read through a map (the others: by ``pread``).
         self.mapped = 0
-        self._owner = KEPT.owner()  # of the local files' maps kept (_kept_maps)
+        self._owner = KEPT.owner()  # of the files' maps kept (_kept_maps)
+        # A source dropped without close() keeps no map (nor its two descriptors).
+        weakref.finalize(self, KEPT.drop, self._owner)
 
     def applies(self, f: int) -> bool:
         """Whether file ``f`` is read by rows: at least ``above`` bytes."""
@@ -238,23 +241,7 @@ class RangedNpy:
         if _joined(starts, ends) < MAP_FROM:
             return None
         if files.remote:  # its whole entry in the cache, if any (the bytes read checked)
-            head = kept[1][0]
-
-            def spans() -> list[tuple[int, int]]:
-                return [(0, head), *zip(starts.tolist(), ends.tolist(), strict=True)]
-
-            entry = files.cached_entry(f)
-            local = (
-                None
-                if entry is None
-                else KEPT.get(
-                    self._owner,
-                    f,
-                    entry,
-                    lambda: files.cached_map(f, spans),
-                    lambda file: files.cached_checked(f, file, spans),
-                )
-            )
+            local = self._cached_map(f, kept[1][0], starts, ends)
             check = files.check_entry
         else:
             local = self._local_map(f)
@@ -269,6 +256,28 @@ class RangedNpy:
         with self._lock:
             self.mapped += 1
         return image  # (the decode's want checks the file, then counts the rows)
+
+    def _cached_map(
+        self, f: int, head: int, starts: NDArray[np.int64], ends: NDArray[np.int64]
+    ) -> KeptMap | None:
+        """Object ``f``'s whole entry in the cache mapped (:meth:`FileList.cached_map`),
+        kept for its next visits, the blocks each visit reads (its header's ``head``
+        bytes and ``[starts, ends)``) checked, once a process."""
+        files = self._files()
+        entry = files.cached_entry(f)
+        if entry is None:
+            return None
+
+        def spans() -> list[tuple[int, int]]:
+            return [(0, head), *zip(starts.tolist(), ends.tolist(), strict=True)]
+
+        return KEPT.get(
+            self._owner,
+            f,
+            entry,
+            lambda: files.cached_map(f, spans),
+            lambda file: files.cached_checked(f, file, spans),
+        )
 
     def _local_map(self, f: int) -> KeptMap | None:
         """Local file ``f`` mapped (:meth:`FileList.local_map`), kept for its next visits
