@@ -239,6 +239,44 @@ def _rewrite(root: Path, change: Any) -> None:
         (lambda i: i["shards"][1].update(column_names=["a", "c"]), "differ from those of"),
         (lambda i: i["shards"][1]["raw_data"].update(basename="../x.mds"), "must name a file"),
         (lambda i: i.update(shards=[]), "lists no shards"),
+        (lambda i: i.pop("shards"), r"not a Streaming index \(no 'shards' list\)"),
+        (lambda i: i["shards"].append(7), r"shard 2 is int, not an object"),
+        (
+            lambda i: i["shards"][0].update(version=3),
+            r"shard 0 .*: shard version 3; headrace reads 2",
+        ),
+        (lambda i: i["shards"][0].pop("samples"), r"no 'samples' in the shard's entry"),
+        (lambda i: i["shards"][0].update(samples=-1), r"samples is -1, not a count"),
+        (lambda i: i["shards"][0].update(samples=True), r"samples is True, not a count"),
+        (
+            lambda i: i["shards"][0]["raw_data"].update(bytes="9"),
+            r"raw_data.bytes is '9', not a count",
+        ),
+        (lambda i: i["shards"][0].update(column_sizes=[8]), r"must be lists of one entry a column"),
+        (
+            lambda i: i["shards"][0].update(column_names=["a", 2]),
+            r"must be lists of one entry a column",
+        ),
+        (
+            lambda i: i["shards"][0].update(column_sizes=[8.0, None]),
+            r"column 'a': column_sizes holds 8.0, not a count",
+        ),
+        (
+            lambda i: [s.update(column_names=["a", "a"]) for s in i["shards"]],
+            r"shard 0 .*: a column is named twice in \['a', 'a'\]",
+        ),
+        (
+            lambda i: i["shards"][0].update(column_encodings=["int", "ndarray:complex64"]),
+            r"column 'b': encoding 'ndarray:complex64' is not ndarray, ndarray:DTYPE or",
+        ),
+        (
+            lambda i: i["shards"][0].update(column_encodings=["int", "ndarray:uint8:4,x"]),
+            r"encoding 'ndarray:uint8:4,x': the shape must be dimensions >= 1",
+        ),
+        (
+            lambda i: i["shards"][0].update(column_encodings=["int", "ndarray:uint8:0"]),
+            r"encoding 'ndarray:uint8:0': the shape must be dimensions >= 1",
+        ),
     ],
 )
 def test_index_refusals(tmp_path: Path, change: Any, said: str) -> None:
@@ -248,6 +286,36 @@ def test_index_refusals(tmp_path: Path, change: Any, said: str) -> None:
     _rewrite(tmp_path, change)
     with pytest.raises(FormatError, match=said):
         MDSSource(tmp_path)
+
+
+def test_an_index_that_is_not_json_is_named(tmp_path: Path) -> None:
+    write_mds(tmp_path, {"a": "int"}, [{"a": 1}])
+    (tmp_path / "index.json").write_bytes(b'{"shards": [')
+    with pytest.raises(FormatError, match=r"index.json: not JSON \(Expecting value"):
+        MDSSource(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("columns", "said"),
+    [
+        (["a", "a"], r"a column is named twice in columns=\['a', 'a'\]"),
+        ([], r"columns=\[\] reads nothing; name at least one column"),
+    ],
+)
+def test_columns_named_twice_or_none_are_refused(
+    tmp_path: Path, columns: list[str], said: str
+) -> None:
+    write_mds(tmp_path, {"a": "int"}, [{"a": 1}])
+    with pytest.raises(ConfigError, match=said):
+        MDSSource(tmp_path, columns=columns)
+
+
+def test_a_column_named_index_is_left_out_or_refused(tmp_path: Path) -> None:
+    write_mds(tmp_path, {"a": "int", "index": "int"}, [{"a": 1, "index": 5}])
+    with pytest.raises(ConfigError, match=r"column 'index' would hide the batch's 'index'"):
+        MDSSource(tmp_path)
+    with MDSSource(tmp_path, columns=["a"]) as src:
+        assert src.read(0, np.arange(1))["index"].tolist() == [0]
 
 
 def test_a_missing_index_or_shard_is_named(tmp_path: Path) -> None:
@@ -368,6 +436,23 @@ def test_a_bad_ndarray_is_named(tmp_path: Path) -> None:
         pytest.raises(FormatError, match=r"sample 0: column 'x': dtype byte 200"),
     ):
         src.read(0, np.arange(1))
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ([9], r"1 bytes end before the array's shape"),
+        ([9, 2 << 2 | 1, 3, 0], r"4 bytes end inside the array's shape"),  # 2 dims of 2 bytes
+    ],
+)
+def test_an_ndarray_value_cut_inside_its_header_is_named(value: list[int], said: str) -> None:
+    # A value of "ndarray" (no dtype or shape in the encoding) states both first: a
+    # dtype byte (9: int8), then ndim << 2 | the shape's width, then the shape.
+    from headrace.formats._mds_index import Column, decode_ndarray
+
+    column = Column("x", "ndarray", None, "ndarray", None, None)
+    with pytest.raises(FormatError, match=rf"sample 3: {said}"):
+        decode_ndarray(column, np.array(value, np.uint8), "sample 3")
 
 
 @pytest.mark.parametrize(

@@ -100,10 +100,6 @@ class MDSIndex:
     columns: tuple[Column, ...]
     shards: tuple[MDSShard, ...]
 
-    @property
-    def samples(self) -> int:
-        return sum(s.samples for s in self.shards)
-
 
 def _column(name: str, encoding: str, size: object, where: str) -> Column:
     """The column ``name`` encoded as ``encoding``, checked against its index ``size``."""
