@@ -179,6 +179,53 @@ def test_bytes_that_are_not_an_example_are_refused(data: bytes, says: str) -> No
         parse_example(data)
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads under 128 bytes)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _example(key: bytes, feature: bytes) -> bytes:
+    """An Example of one feature: Features{feature: {key: Feature(feature)}}."""
+    return _field(1, _field(1, _field(1, key) + _field(2, feature)))
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\x08" + b"\xff" * 10 + b"\x01", r"a varint is longer than 10 bytes"),
+        (b"\x09\x01\x02", r"a fixed64 runs past the end of its message"),
+        (b"\x0d\x01", r"a fixed32 runs past the end of its message"),
+        (_example(b"x", _field(3, _field(1, b"\x01\x81"))), r"a packed varint runs past the end"),
+        (
+            _example(b"x", _field(3, _field(1, b"\xff" * 10 + b"\x01"))),
+            r"a packed varint is longer than 10 bytes",
+        ),
+        (
+            _example(b"x", _field(2, _field(1, b"\x00\x00\x80"))),
+            r"feature 'x': a packed float list of 3 bytes",
+        ),
+        (_example(b"\xff", _field(3, b"")), r"a feature's name is not UTF-8"),
+    ],
+)
+def test_damaged_varints_fixed_values_and_lists_are_refused(data: bytes, says: str) -> None:
+    # Each the protobuf's own damage, named: a record's bytes a CRC let through (written
+    # wrong), not decoded into other numbers.
+    with pytest.raises(FormatError, match=rf"is not a tf.train.Example: {says}"):
+        parse_example(data)
+    assert parse_example(_example(b"x", _field(3, _field(1, b"\x01\x7f"))))["x"].tolist() == [
+        1,
+        127,
+    ]
+
+
+def test_what_an_example_cannot_hold_is_refused_when_written() -> None:
+    with pytest.raises(DataError, match=r"feature 'c': cannot write dtype complex128"):
+        encode_example({"c": np.array([1j])})
+    with pytest.raises(DataError, match=r"one row a record \(got lengths \[2, 3\]\)"):
+        encode_tfrecord({"a": np.zeros(2), "b": np.zeros(3)})
+
+
 # -- files ----------------------------------------------------------------------------------
 
 
