@@ -569,6 +569,75 @@ def test_cache_bytes_zero_reads_what_is_there_and_adds_nothing(tmp_path: Path) -
     assert not (tmp_path / "small").exists()  # nothing made for what can never fit
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "no locks",  # flock: ENOLCK (some NFS setups), EOPNOTSUPP
+        "not ours",  # another user's temporary: opening it for writing is refused
+    ],
+)
+def test_a_temporary_whose_lock_cannot_be_tried_is_dead_only_when_an_hour_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: str
+) -> None:
+    # Where no lock can be tried, a temporary's age is all there is: a writer may take
+    # minutes, so it is a dead writer's only past STALE_TMP_S. A writer's own lock
+    # (hold) is then none, and its temporary is left to that rule.
+    import fcntl
+
+    tmp = tmp_path / "t"
+    tmp.write_bytes(b"x")
+    flock, open_ = fcntl.flock, os.open
+
+    def no_lock(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    def refused(path: Any, flags: int, *a: Any) -> int:
+        if os.fspath(path) == str(tmp):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return open_(path, flags, *a)
+
+    if refusal == "no locks":
+        monkeypatch.setattr(cache_files.fcntl, "flock", no_lock)
+        fd = os.open(tmp, os.O_RDWR)
+        assert cache_files.hold(fd) is None
+        os.close(fd)
+    else:
+        monkeypatch.setattr(cache_files.os, "open", refused)
+    now = time.time()
+    young = os.stat(tmp)
+    assert not cache_files._dead(str(tmp), young, now + 20 * 60)  # 20 minutes old
+    assert cache_files._dead(str(tmp), young, now + 2 * cache_files.STALE_TMP_S)
+    monkeypatch.setattr(cache_files.fcntl, "flock", flock)
+    monkeypatch.setattr(cache_files.os, "open", open_)
+    # Renamed into place between the listing and the look: not a dead writer's.
+    tmp.unlink()
+    assert not cache_files._dead(str(tmp), young, now + 2 * cache_files.STALE_TMP_S)
+
+
+def test_sweeping_a_cache_that_is_not_there_or_not_readable_removes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cache_files.remove_dead(str(tmp_path / "none")) == 0
+    sub = tmp_path / "ab"
+    sub.mkdir()
+    dead = sub / f"{'cd' * 19}{cache_files.TMP}123-dead0000"
+    dead.write_bytes(b"x")
+    past = time.time() - 2 * cache_files.STALE_TMP_S
+    os.utime(dead, (past, past))
+    scandir = os.scandir
+
+    def unreadable(path: Any) -> Any:
+        if os.fspath(path) == str(sub):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return scandir(path)
+
+    monkeypatch.setattr(cache_files.os, "scandir", unreadable)
+    assert cache_files.remove_dead(str(tmp_path)) == 0 and dead.exists()
+    assert list(cache_files.scan(str(tmp_path))) == []  # (its sub-folder unreadable)
+    monkeypatch.setattr(cache_files.os, "scandir", scandir)
+    assert cache_files.remove_dead(str(tmp_path)) == 1 and not dead.exists()
+
+
 def test_hits_do_not_wait_while_another_process_holds_the_byte_count(tmp_path: Path) -> None:
     import fcntl
 
