@@ -8,6 +8,7 @@ import errno
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,6 +165,19 @@ def test_a_whole_entry_is_opened_to_map_once_checked(
     # On a network or FUSE mount (a page the storage fails is SIGBUS there): not mapped.
     monkeypatch.setattr(file_mod, "on_network_fs", lambda path: True)
     assert c.open_whole(URL, SIZE, "e", spans) is None
+    monkeypatch.undo()
+    # A map refused (out of descriptors, say): not mapped, the failure counted, nothing
+    # left open.
+    opened = len(os.listdir("/proc/self/fd"))
+
+    def refused(self: file_mod.LocalFile) -> Any:
+        raise StorageError(errno.EMFILE, f"{self.path}: cannot memory-map the file")
+
+    monkeypatch.setattr(file_mod.LocalFile, "_map_file", refused)
+    misses = c.stats.misses
+    with pytest.warns(RuntimeWarning, match="cannot memory-map"):
+        assert c.open_whole(URL, SIZE, "e", spans) is None
+    assert c.stats.misses == misses + 1 and len(os.listdir("/proc/self/fd")) == opened
     monkeypatch.undo()
     # A damaged one is removed, as by any read.
     path = Path(c.path(URL, SIZE, "e"))
