@@ -396,3 +396,34 @@ def test_an_open_reads_the_headers_and_little_more(
         assert opened <= bound, (opened, bound, size)
     else:
         assert opened > bound, (opened, bound, size)
+
+
+def _stream(t: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t, max_chunksize=50)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@pytest.mark.parametrize("damage", ["a second schema", "a batch first", "no schema"])
+def test_a_stream_whose_messages_are_out_of_order_is_named(tmp_path: Path, damage: str) -> None:
+    # Each message of a stream is walked once (no up-front pass over the rows): one
+    # where the format allows none is refused by its place, not read as rows.
+    t = pa.table({"x": np.arange(100)})
+    data = _stream(t)
+    end_of_stream = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+    assert data.endswith(end_of_stream)
+    reader = pa.BufferReader(data)
+    pa.ipc.read_message(reader)
+    schema_end = reader.tell()
+    if damage == "a second schema":
+        forged, says = data[: -len(end_of_stream)] + data, r"a second schema at byte \d+"
+    elif damage == "a batch first":
+        forged = data[schema_end:]
+        says = r"a record batch message at byte 0 before the schema"
+    else:
+        forged, says = end_of_stream, r"an Arrow IPC stream without a schema message"
+    path = tmp_path / "s.arrow"
+    path.write_bytes(forged)
+    with pytest.raises(FormatError, match=rf"s\.arrow: .*{says}"):
+        Table.open(path)
