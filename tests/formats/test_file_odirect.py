@@ -67,3 +67,20 @@ def test_odirect_reads_leave_the_page_cache_as_it_was(
     # same batches out.
     assert _epoch(cold_files, local_read="pread", **options) == direct
     assert all(_resident_pages(p) > 0 for p in cold_files)
+
+
+def test_rows_read_with_odirect_leave_the_page_cache_as_it_was(cold_files: list[Path]) -> None:
+    # Read by rows (the header, then the rows asked, joined within 64 KiB), each range
+    # through the O_DIRECT reader's aligned reads, checked as a pread's are: the same
+    # batches as whole files, and none of the files' pages brought in.
+    options: dict[str, object] = {"samples_per_file": 64, "shuffle": "samples"}
+    src = FileSource(cold_files[0].parent, format="npy", local_read="odirect",
+                     npy_ranges_above=0, in_flight=2, **options)  # fmt: skip
+    assert src._by_rows is not None
+    with Loader(src, batch_size=16, seed=3, steps=8, prefetch=0) as loader:
+        direct = batch_digest(loader)
+    assert [_resident_pages(p) for p in cold_files] == [0] * FILES
+    assert src._by_rows.mapped == 0
+    whole = FileSource(cold_files[0].parent, format="npy", mode="map-style", **options)
+    with Loader(whole, batch_size=16, seed=3, steps=8, prefetch=0) as loader:
+        assert batch_digest(loader) == direct
