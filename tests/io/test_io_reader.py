@@ -287,6 +287,33 @@ def test_odirect_unsupported_filesystem_is_a_config_error(data_file, monkeypatch
             r.read(str(path), [(0, 1)])
 
 
+@pytest.mark.parametrize(
+    ("errno_", "says"),
+    [(24, r"Too many open files"), (13, r"Permission denied")],
+)
+def test_odirect_refused_for_another_reason_is_a_storage_error_naming_the_file(
+    data_file, monkeypatch, errno_, says
+) -> None:
+    # Out of descriptors, or a file readable buffered but not reopened (a policy
+    # refusing O_DIRECT): the storage said no, not the filesystem's support; and the
+    # reader stays usable.
+    path, _ = data_file
+    real_open = os.open
+
+    def refuse_direct(p, flags, *a):
+        if flags & os.O_DIRECT:
+            raise OSError(errno_, os.strerror(errno_))
+        return real_open(p, flags, *a)
+
+    monkeypatch.setattr(os, "open", refuse_direct)
+    with RangeReader("odirect") as r:
+        with pytest.raises(StorageError, match=rf"(?i){path.name}.*{says}") as info:
+            r.read(str(path), [(0, 1)])
+        assert info.value.errno == errno_ and not isinstance(info.value, ConfigError)
+        monkeypatch.setattr(os, "open", real_open)
+        assert r.read(str(path), [(0, 1)])[0].size == 1
+
+
 def test_mapped_reads_count_the_pages_they_fault_in(data_file) -> None:
     # A mapped read's bytes are its page faults' (4 KiB each), not the bytes asked for,
     # counted per row as the naive per-row memmap is: a row across a boundary is two.
