@@ -174,6 +174,39 @@ def test_max_bytes_counts_what_other_processes_wrote(tmp_path: Path) -> None:
     assert disk_bytes(tmp_path) == cap
 
 
+@pytest.mark.parametrize("fault", ["write", "read", "lock"])
+def test_a_ledger_that_fails_leaves_the_count_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    # The shared count of the cache's bytes (a file under flock) not written (disk full)
+    # or not lockable: this process counts the directory itself; not read (EIO): the
+    # directory is measured again. max_bytes holds either way, and nothing fails.
+    import fcntl
+
+    cap = on_disk(tmp_path, 6000) + on_disk(tmp_path, 4000)  # room for these two
+    real = {"write": os.pwrite, "read": os.pread, "lock": fcntl.flock}[fault]
+
+    def ledger(fd: int) -> bool:
+        return os.readlink(f"/proc/self/fd/{fd}").endswith(cache_files.LEDGER)
+
+    def failing(fd: int, *args: Any) -> Any:
+        if ledger(fd):
+            raise OSError(errno.ENOSPC if fault == "write" else errno.EIO, "injected")
+        return real(fd, *args)
+
+    if fault == "lock":
+        monkeypatch.setattr(cache_space.fcntl, "flock", failing)
+    else:
+        monkeypatch.setattr(cache_space.os, f"p{fault}", failing)
+    c = ObjectCache(tmp_path, max_bytes=cap)
+    assert c.write("|a", 6000, "e", blob(6000))
+    assert c.write("|c", 4000, "e", blob(4000))
+    assert not c.write("|d", 1, "e", b"x")  # full, by its own count
+    assert (c.stats.written, c.stats.full) == (2, 1)
+    assert c.read("|a", 6000, "e").tobytes() == blob(6000)
+    assert disk_bytes(tmp_path) == cap
+
+
 def test_a_dead_writers_temporary_is_removed_when_sized(tmp_path: Path) -> None:
     cap = on_disk(tmp_path, 9000)
     c = ObjectCache(tmp_path, max_bytes=cap)
