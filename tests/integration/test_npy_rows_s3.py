@@ -266,7 +266,9 @@ def test_a_joined_entrys_map_is_kept_and_its_blocks_still_checked(
     # As a local file's, an entry's map is kept between visits (opened once), but the
     # blocks a visit reads are checked as before, once a process: a block damaged after
     # the map was kept is found at the visit that first reads it, the entry removed,
-    # and the rows read from the store.
+    # and the rows read from the store; also where the read before read the same
+    # object (until 2026-12-06 its image was kept for the next read as it was, and the
+    # rows that read asked were copied from unchecked blocks).
     import headrace.formats._file_list as file_list
 
     _rows_of_4_kib(s3, tmp_path, "npyrows/kept", 2, seed=7)
@@ -307,6 +309,17 @@ def test_a_joined_entrys_map_is_kept_and_its_blocks_still_checked(
             read(rows_of(f, rows))
     assert src._by_rows is not None and src._by_rows.mapped == 4
     assert opened == [0, 1]
+    # A read through a map counts the bytes it copies as the cache's hits: its header
+    # and rows (each visit counted the rows noted when the map was made, or the whole
+    # entry where none were; a read of an image kept from the last read, nothing).
+    stats = src.cache_stats
+    assert stats is not None
+    before = stats.hit_bytes
+    read(rows_of(0, range(1, 512, 4)))
+    assert stats.hit_bytes - before == 128 + 128 * 4096  # its header and rows
+    before = stats.hit_bytes
+    read(rows_of(0, range(3, 512, 4)))  # the same image, kept from that read
+    assert stats.hit_bytes - before == 128 + 128 * 4096  # (the decode reads the header)
     entry = src.files.cache.path(src.files.cache_key(0), src.files.sizes[0], src.files.etags[0])
     with open(entry, "r+b") as f:  # in block 37 (rows 608-623), not read yet
         f.seek(128 + 612 * 4096)

@@ -273,8 +273,10 @@ class FileDecoder:
         keep = last if order and last == order[-1] and self.plan.count(last) > 1 else None
         self._kept = keep
 
-        def done(f: int) -> None:
-            if f != keep:
+        def done(f: int, data: Any = None) -> None:
+            # A cache entry's map is not kept for the next read as it is: the rows that
+            # read asks may lie in blocks not checked yet, which its own fetch checks.
+            if f != keep or (isinstance(data, MappedImage) and data.checked_a_visit):
                 self.window.release(f)
 
         def decode(f: int, data: Any) -> Sample | DataError:
@@ -284,17 +286,19 @@ class FileDecoder:
         if threads == 0 or len(order) == 1:
             out = {}
             for f in order:
+                data = None
                 try:
-                    out[f] = decode(f, self.window.take(f))
+                    data = self.window.take(f)
+                    out[f] = decode(f, data)
                 finally:
-                    done(f)
+                    done(f, data)
             return out
 
         def job(f: int, data: Any) -> Sample | DataError:
             try:
                 return decode(f, data)
             finally:
-                done(f)
+                done(f, data)
 
         if self._pool is None:
             # Daemon threads: a decode reads a mapped file's pages, and one stuck in a

@@ -248,10 +248,12 @@ class RangedNpy:
             check = files.check_listed
         if local is None or not local.in_memory(starts, ends):
             return None
-        file = local.file
-        if files.cache is not None and files.remote:
-            files.cache.hit(int((ends - starts).sum()))
-        image = MappedImage(file, files.name(f), lambda fd: check(f, fd), size)
+        # An object's entry: the bytes each read copies from it are the cache's hits,
+        # and each read visits it (the blocks it reads checked).
+        hit = files.cache.hit if files.cache is not None and files.remote else None
+        image = MappedImage(
+            local.file, files.name(f), lambda fd: check(f, fd), size, hit, files.remote
+        )
         image.layout = layout
         with self._lock:
             self.mapped += 1

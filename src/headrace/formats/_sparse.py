@@ -271,10 +271,20 @@ class MappedImage(SparseImage):
     short), and the decoder after (a rewrite in place during the read, as a
     ``pread``'s check after it catches), copying out what the decode left as views
     of the map (a batch must not hold a file's pages: its owner may truncate it).
+    ``counted(n)`` (a cache entry's: :meth:`ObjectCache.hit`) is told the bytes each
+    read asks, as they are asked. ``checked_a_visit``: its bytes are checked when the
+    file is visited (a cache entry's blocks, by the visit that first reads them), so
+    the image is not kept for the next read's rows.
     """
 
     def __init__(
-        self, file: LocalFile, name: str, check: Callable[[int], None], size: int | None = None
+        self,
+        file: LocalFile,
+        name: str,
+        check: Callable[[int], None],
+        size: int | None = None,
+        counted: Callable[[int], None] | None = None,
+        checked_a_visit: bool = False,
     ) -> None:
         # ``size``: the image's bytes, the file's first (a cache entry's: its checksum after).
         size = file.size if size is None else size
@@ -282,6 +292,8 @@ class MappedImage(SparseImage):
         super().__init__(size, _in_map, name, mapped=view)
         self.file = file
         self._check = check
+        self._counted = counted
+        self.checked_a_visit = checked_a_visit
 
     def check(self) -> None:
         self._check(self.file.fd)
@@ -289,8 +301,13 @@ class MappedImage(SparseImage):
     def fill(self, spans: list[Span], gap: int = MAX_GAP) -> None:  # noqa: ARG002
         """Count the bytes of ``spans`` (disjoint) read: the map holds them (``gap``:
         nothing is fetched, so nothing is joined)."""
+        self._count(sum(b - a for a, b in spans))
+
+    def _count(self, n: int) -> None:
         with self._lock:
-            self.nbytes += sum(b - a for a, b in spans)
+            self.nbytes += n
+        if self._counted is not None:
+            self._counted(n)
 
     def want(self, rows: NDArray[np.int64]) -> None:
         self.check()
@@ -298,5 +315,4 @@ class MappedImage(SparseImage):
             # Counted as arrays: recording each span as fetched images do cost more
             # than the copy of a 4 KB row.
             starts, ends = self.layout.span_arrays(rows)
-            with self._lock:
-                self.nbytes += int((ends - starts).sum())
+            self._count(int((ends - starts).sum()))
