@@ -73,6 +73,28 @@ def test_maps_are_kept_within_a_count_and_bytes_for_all_owners(
     assert len(maps) == 0 and maps.nbytes == 0
 
 
+def test_maps_kept_share_the_descriptor_limit_with_other_holders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Readers, token sources and tables keep idle files open within one share each of
+    # a quarter of ``ulimit -n``; the kept maps (two descriptors each) are one holder
+    # among them, not 64 more beside them, and leave the count once they keep none.
+    import headrace.io._open_files as open_files
+
+    paths = _files(tmp_path, [1, 1, 1, 1])
+    monkeypatch.setattr(open_files, "default_max_idle", lambda: 4)
+    other = open_files.OpenFiles(LocalFile)
+    open_files.hold_files(other)  # a reader keeping files: 2 holders, a share of 2
+    maps = KeptMaps()
+    owner = maps.owner()
+    for f in range(4):
+        maps.get(owner, f, paths[f], lambda f=f: LocalFile(paths[f]))
+    assert sorted(maps.kept(owner)) == [2, 3]
+    maps.drop(owner)
+    assert open_files.idle_share() == 4  # the maps' holder gone: the reader's share is whole
+    other.close()
+
+
 @pytest.mark.parametrize("how", ["renamed over", "deleted", "not mappable"])
 def test_a_file_no_longer_at_its_path_is_opened_again(tmp_path: Path, how: str) -> None:
     paths = _files(tmp_path, [16])

@@ -187,6 +187,28 @@ def test_a_whole_entry_is_opened_to_map_once_checked(
     assert not path.exists()
 
 
+def test_a_kept_entry_whose_block_cannot_be_read_is_not_good(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A whole entry kept open by its reader (a map kept between visits) has the blocks
+    # each visit reads checked; a block whose read fails (EIO) is counted as a failed
+    # read, and the visit reads the store instead (whole_checked: False).
+    c = joined(tmp_path)
+    f = c.open_whole(URL, SIZE, "e", [(0, 10)])
+    assert f is not None
+    with f:
+        assert c.whole_checked(URL, SIZE, "e", f, [(0, 10)])  # checked at the open
+
+        def eio(self: file_mod.LocalFile, out: Any, offset: int) -> None:
+            raise StorageError(errno.EIO, f"{self.path}: input/output error")
+
+        monkeypatch.setattr(file_mod.LocalFile, "pread_into", eio)
+        misses, errors = c.stats.misses, c.stats.errors
+        with pytest.warns(RuntimeWarning, match="input/output error"):
+            assert not c.whole_checked(URL, SIZE, "e", f, [(5 * BLOCK, 5 * BLOCK + 10)])
+        assert (c.stats.misses, c.stats.errors) == (misses + 1, errors + 1)
+
+
 def joined(root: Path) -> ObjectCache:
     c = with_blocks(root)
     c.blocks_read(URL, SIZE, "e", BLOCK, 11)

@@ -5,7 +5,9 @@ object's whole entry in ``cache_dir``) and copies them from the page cache
 (:class:`~headrace.formats._npy_ranges.RangedNpy`).
 Opening, mapping and closing the file at every visit cost ~90 us of a visit's ~250
 (16 files of 4 KB rows); here the maps used last stay open for the next visits: at
-most ``KEPT_MAPS`` of them (two descriptors each: see ``LocalFile.mapped``) and
+most ``KEPT_MAPS`` of them (two descriptors each: see ``LocalFile.mapped``; and no more
+than this process's share of its descriptor limit, shared with the readers, token
+sources and tables that keep files open: :func:`~headrace.io._open_files.idle_share`) and
 ``KEPT_MAP_BYTES`` of files (the pages a kept map has read count in the process's
 RSS), for all the sources of the process together, so that a mixture of many
 sources holds no more descriptors or pages than one. A larger file is mapped afresh
@@ -29,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
+
+from headrace.io._open_files import hold_files, idle_share, release_files
 
 if TYPE_CHECKING:
     from headrace.io._file import LocalFile
@@ -112,9 +116,12 @@ class KeptMaps:
         if kept.file.size > KEPT_MAP_BYTES:
             return kept
         with self._lock:
+            if not self._maps:
+                hold_files(self)  # one of the holders sharing the descriptor limit
             self._maps[key] = kept
             self.nbytes += kept.file.size
-            while len(self._maps) > KEPT_MAPS or self.nbytes > KEPT_MAP_BYTES:
+            most = idle_share(most=KEPT_MAPS)
+            while len(self._maps) > most or self.nbytes > KEPT_MAP_BYTES:
                 # Dropped, not closed: a copy may still read it; its last reference
                 # closes it.
                 self.nbytes -= self._maps.popitem(last=False)[1].file.size
@@ -130,10 +137,13 @@ class KeptMaps:
         with self._lock:
             for key in [k for k in self._maps if k[0] == owner]:
                 self.nbytes -= self._maps.pop(key).file.size
+            if not self._maps:
+                release_files(self)
 
     def _clear(self) -> None:
         self._maps.clear()
         self.nbytes = 0
+        release_files(self)
 
     def __len__(self) -> int:
         return len(self._maps)
