@@ -79,10 +79,14 @@ def test_maps_kept_share_the_descriptor_limit_with_other_holders(
     # Readers, token sources and tables keep idle files open within one share each of
     # a quarter of ``ulimit -n``; the kept maps (two descriptors each) are one holder
     # among them, not 64 more beside them, and leave the count once they keep none.
+    import weakref
+
     import headrace.io._open_files as open_files
 
     paths = _files(tmp_path, [1, 1, 1, 1])
     monkeypatch.setattr(open_files, "default_max_idle", lambda: 4)
+    # (The holders of this test alone: other tests' readers may not be collected yet.)
+    monkeypatch.setattr(open_files, "_HOLDERS", weakref.WeakSet())
     other = open_files.OpenFiles(LocalFile)
     open_files.hold_files(other)  # a reader keeping files: 2 holders, a share of 2
     maps = KeptMaps()
