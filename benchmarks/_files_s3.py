@@ -10,6 +10,7 @@ authenticated. Put a ``LatencyProxy`` in front for a remote store's round trips.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -23,6 +24,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
+
+_NAMES: dict[str, list[str]] = {}
+_ITEMS: dict[str, str] = {}
+
+
+def _names(root: str) -> list[str]:
+    """Every file's name under ``root``, sorted as S3 sorts keys (by code point)."""
+    if root not in _NAMES:
+        walk = os.walk(root)
+        names = (os.path.relpath(os.path.join(d, f), root) for d, _, fs in walk for f in fs)
+        _NAMES[root] = sorted(names)
+    return _NAMES[root]
 
 
 def _handler(root: str) -> type[BaseHTTPRequestHandler]:
@@ -54,34 +67,67 @@ def _handler(root: str) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _item(self, name: str) -> str:
+            """A key's ``<Contents>``, made once (a listing's cost is the store's round
+            trips, not this server's stats)."""
+            if name not in _ITEMS:
+                size, tag, _ = self._meta(os.path.join(root, name))
+                _ITEMS[name] = (
+                    f"<Contents><Key>{escape(name)}</Key><Size>{size}</Size>"
+                    f"<ETag>{escape(tag)}</ETag>"
+                    "<LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents>"
+                )
+            return _ITEMS[name]
+
+        def _list(self, query: dict[str, list[str]]) -> None:
+            """ListObjectsV2 as S3 pages it: ``max-keys`` (at most 1,000) keys and common
+            prefixes a page, ``continuation-token`` (here the page's last name),
+            ``start-after`` and ``delimiter``. The folder's names are read once, at the
+            first listing: the served folder must not change after it."""
+            q = {k: v[0] for k, v in query.items()}
+            prefix, delim = q.get("prefix", ""), q.get("delimiter", "")
+            after = max(q.get("start-after", ""), q.get("continuation-token", ""))
+            most = min(int(q.get("max-keys", 1000)), 1000)
+            names = _names(root)
+            i = bisect.bisect_right(names, after) if after else bisect.bisect_left(names, prefix)
+            keys: list[str] = []
+            common: list[str] = []
+            last = ""
+            while i < len(names) and len(keys) + len(common) < most:
+                name = names[i]
+                if not name.startswith(prefix):
+                    break
+                cut = name.find(delim, len(prefix)) if delim else -1
+                if cut >= 0:  # the whole common prefix at once: skip past its names
+                    common.append(name[: cut + 1])
+                    last = name[: cut + 1]
+                    i = bisect.bisect_left(names, last + "\U0010ffff")
+                    continue
+                keys.append(name)
+                last = name
+                i += 1
+            more = i < len(names) and names[i].startswith(prefix)
+            items = [self._item(name) for name in keys]
+            items += [
+                f"<CommonPrefixes><Prefix>{escape(c)}</Prefix></CommonPrefixes>" for c in common
+            ]
+            token = f"<NextContinuationToken>{escape(last)}</NextContinuationToken>" if more else ""
+            xml = (
+                '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
+                f"<KeyCount>{len(keys) + len(common)}</KeyCount>"
+                f"<IsTruncated>{'true' if more else 'false'}</IsTruncated>{token}"
+                + "".join(items)
+                + "</ListBucketResult>"
+            )
+            self._send(200, xml.encode(), {"Content-Type": "application/xml"})
+
         def do_HEAD(self) -> None:
             self.do_GET()
 
         def do_GET(self) -> None:
             _, key, query = self._path()
             if not key:  # ListObjectsV2
-                prefix = query.get("prefix", [""])[0]
-                items = []
-                keys = sorted(
-                    os.path.relpath(os.path.join(d, f), root)
-                    for d, _, files in os.walk(root)
-                    for f in files
-                )
-                for name in keys:
-                    if name.startswith(prefix):
-                        size, tag, _ = self._meta(os.path.join(root, name))
-                        items.append(
-                            f"<Contents><Key>{escape(name)}</Key><Size>{size}</Size>"
-                            f"<ETag>{escape(tag)}</ETag>"
-                            "<LastModified>2026-01-01T00:00:00.000Z</LastModified></Contents>"
-                        )
-                xml = (
-                    '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult>'
-                    f"<KeyCount>{len(items)}</KeyCount><IsTruncated>false</IsTruncated>"
-                    + "".join(items)
-                    + "</ListBucketResult>"
-                )
-                self._send(200, xml.encode(), {"Content-Type": "application/xml"})
+                self._list(query)
                 return
             path = os.path.normpath(os.path.join(root, key))  # a key is a path under root
             if not path.startswith(os.path.join(root, "")) or not os.path.isfile(path):

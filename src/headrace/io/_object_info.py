@@ -10,6 +10,7 @@ cut short in transit (:class:`~headrace.errors.TransientStorageError`, retried).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -62,13 +63,17 @@ def drop_folder_markers(
     file and a folder at once): a raw-file dataset held every marker as a sample of 0
     bytes. An empty object whose name is no folder of another key is kept (an empty
     folder's marker cannot be told from it)."""
-    folders = {prefix.rstrip("/")}
-    for key, _ in listed:
-        at = key.find("/")
-        while at > 0:
-            folders.add(key[:at])
-            at = key.find("/", at + 1)
-    return [(k, i) for k, i in listed if i.size or k not in folders]
+    keys = [k for k, _ in listed]
+    top = prefix.rstrip("/")
+
+    def folder(key: str) -> bool:  # a key's folder: another key starts with it and a '/'
+        at = bisect.bisect_left(keys, key + "/")
+        return key == top or (at < len(keys) and keys[at].startswith(key + "/"))
+
+    # Only an empty object can be a marker: most listings have none, and keep every key.
+    if all(i.size or not folder(k) for k, i in listed):
+        return listed
+    return [(k, i) for k, i in listed if i.size or not folder(k)]
 
 
 def check_range(offset: int, length: int) -> None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import CancelledError
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from headrace.io._object_info import (
     normalize,
     short_read,
 )
+from headrace.io._object_listing import alist_fanned
 from headrace.io._object_names import check_key, named_once, unlistable
 from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_IN_FLIGHT = 64
+
+T = TypeVar("T")
 DEFAULT_COALESCE = 1024 * 1024
 
 
@@ -529,6 +532,10 @@ class ObjectStore(Closing):
 
         where = self.where(prefix)
 
+        if self.url.startswith("s3://"):  # many ranges at once (_object_listing)
+            listed = self._loop_thread().run(alist_fanned(store, prefix, self._alist_try))
+            return drop_folder_markers(named_once(where, sorted(listed)), prefix)
+
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
             try:
@@ -538,6 +545,18 @@ class ObjectStore(Closing):
             return drop_folder_markers(named_once(where, listed), prefix)
 
         return self._tries.run(where, once, lambda _: 0)
+
+    async def _alist_try(self, what: str, once: Callable[[], Awaitable[T]]) -> T:
+        """One request of a listing (``what``: its prefix or range of keys), retried."""
+        where = self.where(what)
+
+        async def named() -> T:
+            try:
+                return await once()
+            except obx.InvalidPathError as exc:
+                raise unlistable(where, exc) from exc
+
+        return await self._tries.arun(where, named, lambda _: 0)
 
     def list_info_upto(self, prefix: str, limit: int) -> list[tuple[str, ObjectInfo]] | None:
         """:meth:`list_info`, or ``None`` once the listing passes ``limit`` keys: it stops
