@@ -210,6 +210,33 @@ def test_corrupt_offsets_are_named(s3: S3Fixture, files: dict[str, tuple[Path, s
 
 
 @pytest.mark.parametrize(
+    ("cut", "error"),
+    [
+        ("length", r"field node 2 holds 500 rows; rows \[1000, 2000\) are asked"),
+        ("count", r"2 field nodes; a column needs node 2"),
+    ],
+)
+def test_field_nodes_that_do_not_hold_the_rows_are_named(
+    s3: S3Fixture, files: dict[str, tuple[Path, str]], cut: str, error: str
+) -> None:
+    """A record batch whose field nodes say fewer rows (or columns) than the sub-window
+    asks of them: a FormatError naming the object, not a read past its buffers."""
+    url = files["one.arrow"][1]
+    table = TableSource(url, store_options=options(s3), **KW).table
+    part = table._parts[0]
+    assert isinstance(part, RemoteArrow)
+    nodes = part.index.nodes[0]  # tok: nodes 0 (the lists) and 1 (their ids); label: 2
+    if cut == "length":
+        nodes[2, 0] = 500
+    else:
+        part.index.nodes[0] = nodes[:2]
+    where = r"one\.arrow: record batch 0: rows \[1000, 2000\)"
+    with pytest.raises(FormatError, match=rf"{where}: corrupt Arrow IPC data \({error}\)"):
+        SubFetch(part, 0, 1_000, 1_000, frozenset(["label"])).batch()
+    table.close()
+
+
+@pytest.mark.parametrize(
     ("kind", "error"), [("status", "HTTP 503"), ("short", r"cut short \(\d+ of \d+ bytes")]
 )
 def test_a_failed_get_mid_batch_is_named_and_loses_nothing(
