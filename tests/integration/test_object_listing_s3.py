@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from s3util import FAST_RETRY, S3Fixture
@@ -109,6 +110,20 @@ def test_every_cut_lists_the_same_keys_sizes_and_tags(
     assert _list(bucket) == whole
     assert _list(bucket, "train/") == [(k, i) for k, i in whole if k.startswith("train/")]
     assert _list(bucket, "m") == [(k, i) for k, i in whole if k.startswith("m/")]
+
+
+def test_a_server_that_ignores_start_after_still_gives_the_same_listing(
+    bucket: dict[str, object], whole: list[tuple[str, object]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each range then lists from the prefix's first key: slower, the same keys.
+    _cut(monkeypatch, 1, 4, 3)
+    plain = _object_listing.obs.list
+
+    def from_the_first(store: Any, prefix: Any = None, *, offset: Any = None, **kw: Any) -> Any:
+        return plain(store, prefix, **kw)
+
+    monkeypatch.setattr(_object_listing.obs, "list", from_the_first)
+    assert _list(bucket) == whole
 
 
 def test_the_ranges_are_listed_at_once(

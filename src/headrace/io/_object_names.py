@@ -106,6 +106,8 @@ def named_once(where: str, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[s
     "changed since it was listed"). An empty one beside it is a folder marker
     (``d/`` beside an object ``d``) and goes, as ``drop_folder_markers`` drops markers.
     """
+    if len({k for k, _ in listed}) == len(listed):
+        return listed  # every name once: most listings, without a loop of tuples
     out: list[tuple[str, ObjectInfo]] = []
     for key, info in listed:
         if not out or out[-1][0] != key:
