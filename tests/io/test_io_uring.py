@@ -389,6 +389,81 @@ def test_interrupt_mid_batch_waits_for_reads_in_flight(file, monkeypatch, pool) 
     assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(10)]
 
 
+def _interrupt_then(monkeypatch, in_drain) -> None:
+    """A Ctrl-C at the second reap; then, draining, ``in_drain(ring)`` instead of the
+    first wait (the drain made to wait: its reads are told not ready once)."""
+    real_reap, real_ready, real_wait = Ring._reap, Ring._ready, Ring._enter_wait
+    state = {"reaps": 0, "draining": False, "told": False}
+
+    def reap(ring):
+        state["reaps"] += 1
+        if state["reaps"] == 2:
+            state["draining"] = True
+            raise KeyboardInterrupt
+        return real_reap(ring)
+
+    def ready(ring):
+        if state["draining"] and not state["told"]:
+            state["told"] = True
+            return 0
+        return real_ready(ring)
+
+    def wait(ring):
+        if state["draining"] and state["told"] and not state.get("done"):
+            state["done"] = True
+            in_drain(ring)
+        return real_wait(ring)
+
+    monkeypatch.setattr(Ring, "_reap", reap)
+    monkeypatch.setattr(Ring, "_ready", ready)
+    monkeypatch.setattr(Ring, "_enter_wait", wait)
+
+
+@needs_uring
+def test_a_second_interrupt_while_draining_still_waits_for_every_read(
+    file, monkeypatch, pool
+) -> None:
+    path, data = file
+
+    def again(ring):
+        raise KeyboardInterrupt("the second Ctrl-C")
+
+    _interrupt_then(monkeypatch, again)
+    with reader("odirect", in_flight=8) as r:
+        with pytest.raises(KeyboardInterrupt, match="the second Ctrl-C"):
+            r.read(path, far_ranges(10))
+        (ring,) = pool._idle  # drained, then given back
+        assert ring._pending() == 0 and not ring.broken
+        got = r.read(path, far_ranges(10))
+    assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(10)]
+
+
+@needs_uring
+def test_a_ring_that_breaks_while_draining_parks_the_buffers(file, monkeypatch, pool) -> None:
+    # The device may still write into the batch's buffers: they are kept (parked) for
+    # the life of the process rather than freed under it, and the ring is retired.
+    path, data = file
+    parked = list(uring._PARKED)
+    methods = {name: getattr(Ring, name) for name in ("_reap", "_ready", "_enter_wait")}
+
+    def breaks(ring):
+        ring.broken = True
+        raise OSError(errno.EIO, "Input/output error")
+
+    _interrupt_then(monkeypatch, breaks)
+    with reader("odirect", in_flight=8) as r:
+        with pytest.raises(KeyboardInterrupt):
+            r.read(path, far_ranges(10))
+        assert len(uring._PARKED) == len(parked) + 1
+        assert pool._idle == []  # the broken ring is not lent again
+        for name, method in methods.items():
+            monkeypatch.setattr(Ring, name, method)
+        got = r.read(path, far_ranges(10))  # on a new ring
+        assert len(pool._idle) == 1
+    assert [g.tobytes() for g in got] == [data[o : o + n].tobytes() for o, n in far_ranges(10)]
+    uring._PARKED[:] = parked
+
+
 @needs_uring
 def test_threads_share_the_pool(file, pool) -> None:
     path, data = file
