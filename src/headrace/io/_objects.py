@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any, TypeVar
@@ -519,12 +519,21 @@ class ObjectStore(Closing):
         if not normalized:
             return []
         self._live()
+        return self._run(self._aget_many(normalized, max_in_flight), "get_many")
+
+    def _run(self, job: Coroutine[Any, Any, T], what: str) -> T:
+        """``job`` run on the store's loop; a close() meanwhile is said as such."""
         try:
-            return self._loop_thread().run(self._aget_many(normalized, max_in_flight))
+            loop = self._loop_thread()
+        except BaseException:
+            job.close()  # never started: no "was never awaited" warning
+            raise
+        try:
+            return loop.run(job)
         except (CancelledError, RuntimeError) as exc:
             if not self._closed:
                 raise
-            raise StorageError(f"{self.url}: store was closed during get_many") from exc
+            raise StorageError(f"{self.url}: store was closed during {what}") from exc
 
     def list_info(self, prefix: str = "") -> list[tuple[str, ObjectInfo]]:
         """``(key, size and ETag)`` of every object under ``prefix``, sorted by key."""
@@ -533,7 +542,7 @@ class ObjectStore(Closing):
         where = self.where(prefix)
 
         if self.url.startswith("s3://"):  # many ranges at once (_object_listing)
-            listed = self._loop_thread().run(alist_fanned(store, prefix, self._alist_try))
+            listed = self._run(alist_fanned(store, prefix, self._alist_try), "a listing")
             return drop_folder_markers(named_once(where, sorted(listed)), prefix)
 
         def once() -> list[tuple[str, ObjectInfo]]:
