@@ -24,8 +24,10 @@ and a level's more than the plain listing; a prefix without folders costs the
 same requests as before, one after another.
 
 Only for ``s3://`` (and S3-compatible endpoints): S3 starts a listing after a key
-itself. obstore's other stores (Azure, local files) would list from the first key
-and drop the keys before it, which is every earlier range's work again.
+itself. obstore's Azure and local stores would list from the first key and drop the
+keys before it, which is every earlier range's work again; its GCS store sends the
+XML API ``start-after``, but fake-gcs-server ignores it, so GCS is untried. A server
+that ignores it still gives the same keys (each range drops those before it), slower.
 """
 
 from __future__ import annotations
@@ -66,7 +68,6 @@ async def alist_fanned(store: Any, prefix: str, attempt: Try[Any]) -> Listed:
         chunk: Sequence[Any] = await anext(aiter(stream), [])
         return [(m["path"], info_of(m)) for m in chunk], len(chunk) >= PAGE
 
-    more: bool
     page: Listed
     page, more = await attempt(top, first)
     if not more:
@@ -134,9 +135,9 @@ async def _range(
     async def once() -> Listed:
         out: Listed = []
         async for chunk in obs.list(store, top or None, offset=low.rstrip("/"), chunk_size=PAGE):
-            last = chunk[-1]["path"] if chunk else low
-            if not again and chunk and chunk[0]["path"] >= low and (stop is None or last < stop):
-                out += [(m["path"], info_of(m)) for m in chunk]  # all of it: most chunks
+            whole = chunk and chunk[0]["path"] >= low and (stop is None or chunk[-1]["path"] < stop)
+            if whole and not again:  # most chunks: all of it, no key looked at
+                out += [(m["path"], info_of(m)) for m in chunk]
                 continue
             for m in chunk:
                 key = m["path"]

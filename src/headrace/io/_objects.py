@@ -62,9 +62,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_IN_FLIGHT = 64
+DEFAULT_COALESCE = 1024 * 1024
 
 T = TypeVar("T")
-DEFAULT_COALESCE = 1024 * 1024
 
 
 class ObjectStore(Closing):
@@ -543,7 +543,8 @@ class ObjectStore(Closing):
 
         if self.url.startswith("s3://"):  # many ranges at once (_object_listing)
             listed = self._run(alist_fanned(store, prefix, self._alist_try), "a listing")
-            return drop_folder_markers(named_once(where, sorted(listed)), prefix)
+            listed.sort(key=lambda item: item[0])
+            return drop_folder_markers(named_once(where, listed), prefix)
 
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
