@@ -234,3 +234,18 @@ def test_a_key_obstore_cannot_name_is_named_when_fanned(
         pytest.raises(StorageError, match=r"'q/bad//x\.bin'.*empty path segment"),
     ):
         store.list_info()
+
+
+@pytest.mark.parametrize(
+    ("url", "fans"),
+    [
+        ("s3://data/train", True),
+        ("s3://data", True),
+        ("s3://my-data--usw2-az1--x-s3/train", False),  # a directory bucket: out of order
+        ("gs://data/train", False),
+        ("az://data/train", False),
+        ("file:///data/train", False),
+    ],
+)
+def test_which_stores_list_in_ranges(url: str, fans: bool) -> None:
+    assert _object_listing.fans_out(url) is fans

@@ -41,7 +41,7 @@ import obstore as obs
 
 from headrace.io._object_info import ObjectInfo, info_of
 
-__all__ = ["DEPTH", "FAN", "PAGE", "alist_fanned"]
+__all__ = ["DEPTH", "FAN", "PAGE", "alist_fanned", "fans_out"]
 
 FAN = 32
 """Ranges listed at once (and folders to find before the walk stops)."""
@@ -97,6 +97,16 @@ async def alist_fanned(store: Any, prefix: str, attempt: Try[Any]) -> Listed:
     for part in await _all(ranges):
         found += part
     return found
+
+
+def fans_out(url: str) -> bool:
+    """Whether a store at ``url`` lists in ranges: an S3 bucket's, but not a directory
+    bucket's (S3 Express One Zone, named ``...--x-s3``): those list keys out of order
+    and take no ``start-after``."""
+    if not url.startswith("s3://"):
+        return False
+    bucket = url.removeprefix("s3://").partition("/")[0]
+    return not bucket.endswith("--x-s3")
 
 
 def _level(store: Any, folder: str) -> Callable[[], Awaitable[Any]]:

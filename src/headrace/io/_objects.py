@@ -44,7 +44,7 @@ from headrace.io._object_info import (
     normalize,
     short_read,
 )
-from headrace.io._object_listing import alist_fanned
+from headrace.io._object_listing import alist_fanned, fans_out
 from headrace.io._object_names import check_key, named_once, unlistable
 from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
@@ -541,7 +541,7 @@ class ObjectStore(Closing):
 
         where = self.where(prefix)
 
-        if self.url.startswith("s3://"):  # many ranges at once (_object_listing)
+        if fans_out(self.url):  # many ranges at once (_object_listing)
             listed = self._run(alist_fanned(store, prefix, self._alist_try), "a listing")
             listed.sort(key=lambda item: item[0])
             return drop_folder_markers(named_once(where, listed), prefix)
