@@ -3,7 +3,7 @@ the fanned one (``headrace.io._object_listing``: its folders found a level at a 
 then 32 ranges of keys listed at once), side by side.
 
     PYTHONPATH=src python benchmarks/listing_s3.py [--folders 1000] [--per-folder 100]
-        [--latency-ms 30,100] [--rounds 3] [--root DIR]
+        [--latency-ms 30,100] [--rounds 3] [--root DIR] [--what list|filesource]
 
 An ImageNet-like tree (``train/nXXXXXXXX/nXXXXXXXX_I.JPEG``, a few bytes each) is
 written once under ``--root`` and served by ``benchmarks/_files_s3.py`` (S3's paging:
@@ -14,6 +14,8 @@ first a cold client, the second its warm store), sides alternating (A/B, then B/
 the plain listing, every page in turn. Reported per side: the medians of both
 listings, the requests each took (the proxy's count), the process's CPU seconds,
 and the sha256 of every key, size and tag listed, which both sides must agree on.
+``--what filesource`` times a ``FileSource``'s open of the prefix instead (its
+listing, filtered and packed), the digest of the keys, sizes and tags it holds.
 
 Prediction (written before measuring): the listing's time is its pages' round trips
 plus each side's CPU (this server, the proxy and the client share 2 cores: ~24 ms a
@@ -62,18 +64,26 @@ def write(root: Path, folders: int, per: int) -> Path:
     return root
 
 
-def child(side: str, endpoint: str) -> None:
+def child(side: str, endpoint: str, what: str) -> None:
+    from headrace.formats import FileSource
     from headrace.io import ObjectStore, _object_listing
 
     if side == "one":
         _object_listing.PAGE = 10**12  # the first page is the whole listing
-    store = ObjectStore("s3://b/train", **store_options(endpoint))  # type: ignore[arg-type]
+    options = store_options(endpoint)
+    store = ObjectStore("s3://b/train", **options)  # type: ignore[arg-type]
     runs = []
     for _ in range(2):
         t = time.perf_counter()
-        listed = store.list_info()
-        dt = time.perf_counter() - t
-        text = "".join(f"{k}\0{i.size}\0{i.etag}\n" for k, i in listed)
+        if what == "filesource":  # a file dataset's open: its listing, kept packed
+            src = FileSource("s3://b/train", format="raw", store_options=options)
+            dt = time.perf_counter() - t
+            listed = list(zip(src.files.keys, src.files.sizes, src.files.etags, strict=True))
+            src.close()
+        else:
+            listed = [(k, i.size, i.etag) for k, i in store.list_info()]
+            dt = time.perf_counter() - t
+        text = "".join(f"{k}\0{size}\0{tag}\n" for k, size, tag in listed)
         runs.append((dt, len(listed), hashlib.sha256(text.encode()).hexdigest()[:16]))
     store.close()
     use = resource.getrusage(resource.RUSAGE_SELF)
@@ -86,12 +96,18 @@ def main() -> None:
     ap.add_argument("--per-folder", type=int, default=100)
     ap.add_argument("--latency-ms", default="30,100")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--what",
+        choices=["list", "filesource"],
+        default="list",
+        help="time list_info() or a FileSource's open",
+    )
     ap.add_argument("--root", default="/tmp/headrace-listing-s3")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--endpoint", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.endpoint)
+        child(args.child, args.endpoint, args.what)
         return
     from headrace.emulate import LatencyProxy
 
@@ -102,13 +118,21 @@ def main() -> None:
     with files_s3(str(root)) as upstream:
         for latency in (float(x) for x in args.latency_ms.split(",")):
             with LatencyProxy(upstream, latency_ms=latency) as proxy:
-                alternate(str(HERE), ["one"], 1, ["--endpoint", proxy.endpoint], env)  # warm
+                alternate(
+                    str(HERE), ["one"], 1, ["--endpoint", proxy.endpoint, "--what", args.what], env
+                )  # warm
                 requests: dict[str, list[int]] = {"one": [], "fanned": []}
                 got: dict[str, list[dict[str, Any]]] = {"one": [], "fanned": []}
                 for r in range(args.rounds):
                     for side in ("one", "fanned") if r % 2 == 0 else ("fanned", "one"):
                         proxy.reset_stats()
-                        trial = alternate(str(HERE), [side], 1, ["--endpoint", proxy.endpoint], env)
+                        trial = alternate(
+                            str(HERE),
+                            [side],
+                            1,
+                            ["--endpoint", proxy.endpoint, "--what", args.what],
+                            env,
+                        )
                         got[side] += trial[side]
                         requests[side].append(proxy.stats.requests // 2)
             keys = args.folders * args.per_folder
