@@ -138,7 +138,7 @@ def test_the_ranges_are_listed_at_once(
         assert _list(bucket, endpoint=proxy.endpoint, retry=FAST_RETRY) == whole
     finally:
         proxy.latency_ms = 0.0
-    # The first page, the root's level (18 folders: past a fan of 4), then 4 ranges.
+    # The first page, the root's level (14 folders: past a fan of 4), then 4 ranges.
     assert proxy.stats.requests == 1 + 1 + 4
     assert proxy.stats.max_in_flight == 4
 
