@@ -19,9 +19,10 @@ Every key comes from exactly one place: a level's objects, or the one range
 holding its folder (a level's object that sorts inside a range is not taken
 from it twice). The result is the plain listing's: the same keys, sizes and tags,
 sorted. Each request is retried on its own. A range's last page may run past its
-end (up to 999 keys read and left), so the fan costs at most one request a range
-and a level's more than the plain listing; a prefix without folders costs the
-same requests as before, one after another.
+end (up to 999 keys read and left), so the fan costs the first page again, a
+request a level and at most one a range more than the plain listing; a prefix
+without folders costs one request more than before (the first page), one after
+another.
 
 Only for ``s3://`` (and S3-compatible endpoints): S3 starts a listing after a key
 itself. obstore's Azure and local stores would list from the first key and drop the
