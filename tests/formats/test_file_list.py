@@ -178,7 +178,9 @@ def test_file_uris_as_path_as_uri_writes_them(tmp_path: Path) -> None:
     for name in ("a b.npy", "ü.npy", "c.npy"):
         _npy(root / name, len(name))
     plain = FileSource(root, format="npy", shuffle="none")
-    for files in (root.as_uri(), "file://" + str(root), [p.as_uri() for p in root.iterdir()]):
+    urls = [p.as_uri() for p in root.iterdir()]
+    local = "file://localhost" + str(root)  # RFC 8089's other spelling of this machine
+    for files in (root.as_uri(), "file://" + str(root), urls, local):
         src = FileSource(files, format="npy", shuffle="none")
         assert src.files.keys == ["a b.npy", "c.npy", "ü.npy"], files
         assert _values(src) == _values(plain)
