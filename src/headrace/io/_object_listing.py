@@ -1,4 +1,4 @@
-"""Listing a large S3 prefix as ranges of keys, many at once.
+"""Listing a large S3 or GCS prefix as ranges of keys, many at once.
 
 A listing comes in pages of 1,000 keys, each a round trip, one after another: the
 next page's request needs the last page's end. ImageNet's 1.28 million keys are
@@ -24,11 +24,12 @@ request a level and at most one a range more than the plain listing; a prefix
 without folders costs one request more than before (the first page), one after
 another.
 
-Only for ``s3://`` (and S3-compatible endpoints): S3 starts a listing after a key
-itself. obstore's Azure and local stores would list from the first key and drop the
-keys before it, which is every earlier range's work again; its GCS store sends the
-XML API ``start-after``, but fake-gcs-server ignores it, so GCS is untried. A server
-that ignores it still gives the same keys (each range drops those before it), slower.
+For ``s3://`` (and S3-compatible endpoints) and ``gs://``: S3 and GCS's XML API,
+which obstore lists through, start a listing after a key themselves (``start-after``).
+obstore's Azure and local stores would list from the first key and drop the keys
+before it, which is every earlier range's work again. A server that ignores
+``start-after`` (fake-gcs-server does) still gives the same keys, each range dropping
+those before it, only slower.
 """
 
 from __future__ import annotations
@@ -101,9 +102,11 @@ async def alist_fanned(store: Any, prefix: str, attempt: Try[Any]) -> Listed:
 
 
 def fans_out(url: str) -> bool:
-    """Whether a store at ``url`` lists in ranges: an S3 bucket's, but not a directory
-    bucket's (S3 Express One Zone, named ``...--x-s3``): those list keys out of order
-    and take no ``start-after``."""
+    """Whether a store at ``url`` lists in ranges: an S3 or GCS bucket's, but not an S3
+    directory bucket's (S3 Express One Zone, named ``...--x-s3``): those list keys out
+    of order and take no ``start-after``."""
+    if url.startswith("gs://"):
+        return True
     if not url.startswith("s3://"):
         return False
     bucket = url.removeprefix("s3://").partition("/")[0]

@@ -1,5 +1,6 @@
-"""A large S3 prefix listed as many ranges of keys at once (``headrace.io._object_listing``),
-on moto: the same keys, sizes and tags as one listing, whatever the cut.
+"""A large S3 or GCS prefix listed as many ranges of keys at once
+(``headrace.io._object_listing``), on moto and fake-gcs-server: the same keys, sizes and
+tags as one listing, whatever the cut.
 
 A fan starts past a first page of 1,000 keys; here the module's page, fan and depth
 are made small, so a bucket of a few dozen keys is cut into ranges at every place a
@@ -242,10 +243,43 @@ def test_a_key_obstore_cannot_name_is_named_when_fanned(
         ("s3://data/train", True),
         ("s3://data", True),
         ("s3://my-data--usw2-az1--x-s3/train", False),  # a directory bucket: out of order
-        ("gs://data/train", False),
+        ("gs://data/train", True),
         ("az://data/train", False),
         ("file:///data/train", False),
     ],
 )
 def test_which_stores_list_in_ranges(url: str, fans: bool) -> None:
     assert _object_listing.fans_out(url) is fans
+
+
+def test_a_gcs_prefix_in_ranges_lists_the_same_keys(
+    fake_gcs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fake-gcs-server answers start-after with every key from the first: each range drops
+    # the ones before it (a real GCS starts after it, as S3 does).
+    fake_gcs.create_bucket(BUCKET)
+    for key in KEYS:
+        fake_gcs.put(key, _body(key), bucket=BUCKET)
+    options = fake_gcs.options()
+
+    def listed() -> list[tuple[str, tuple[int, str | None]]]:
+        with ObjectStore(f"gs://{BUCKET}", **options) as store:
+            return [(k, (i.size, i.etag)) for k, i in store.list_info()]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_object_listing, "PAGE", 10**6)
+        whole = listed()
+    assert [k for k, _ in whole] == sorted({k.rstrip("/") for k in KEYS} - {"m"})
+    ranges = []
+    real_range = _object_listing._range
+
+    def counted(*args: Any) -> Any:
+        ranges.append(args[2])  # where it starts
+        return real_range(*args)
+
+    monkeypatch.setattr(_object_listing, "_range", counted)
+    for page, fan, depth in [(1, 4, 3), (1, 64, 1), (2, 3, 2)]:
+        _cut(monkeypatch, page, fan, depth)
+        ranges.clear()
+        assert listed() == whole, (page, fan, depth)
+        assert len(ranges) == min(fan, 14), ranges  # in ranges: 14 folders at the root
