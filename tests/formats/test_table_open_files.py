@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from _fds import fds_in
-from headrace.errors import FormatError
+from headrace.errors import FormatError, ObjectNotFoundError
 from headrace.formats import Table, _table_part
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -84,6 +84,39 @@ def test_a_parquet_file_changed_after_its_reader_was_closed_is_refused(
         with pytest.raises(FormatError, match=r"b\.parquet: changed since it was opened"):
             tb.read_rows([32], ["x"])
         np.testing.assert_array_equal(tb.read_rows([2], ["x"])["x"], [2])  # a: unchanged
+    finally:
+        tb.close()
+
+
+@pytest.mark.parametrize("when", ["before the reopen", "between the reopen and its check"])
+def test_a_parquet_file_deleted_after_its_reader_was_closed_is_said_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    # Deleted while its reader was closed (to keep few open): the reopen, or the stat
+    # that checks the reopened file is the one first opened, finds no file. Said as a
+    # file gone during the run, not a typo's "no such file" (or a bare stat error).
+    monkeypatch.setattr(_table_part._IDLE, "bound", 0)
+    for name in ("a", "b"):
+        pq.write_table(pa.table({"x": np.arange(30)}), tmp_path / f"{name}.parquet")
+    tb = Table.open(tmp_path)
+    try:
+        np.testing.assert_array_equal(tb.read_rows([1, 31], ["x"])["x"], [1, 1])
+        b = str(tmp_path / "b.parquet")
+        if when == "before the reopen":
+            os.unlink(b)
+        else:  # the race, made: pyarrow opened it, then it went
+            real_stat = os.stat
+
+            def gone(path: object, *args: object, **kw: object) -> os.stat_result:
+                if os.fspath(path) == b:  # type: ignore[arg-type]
+                    raise FileNotFoundError(2, "No such file or directory", b)
+                return real_stat(path, *args, **kw)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(_table_part.os, "stat", gone)
+        tb._cache.clear()
+        with pytest.raises(ObjectNotFoundError, match=r"b\.parquet: no such file now; the table"):
+            tb.read_rows([32], ["x"])
+        np.testing.assert_array_equal(tb.read_rows([2], ["x"])["x"], [2])  # a: still read
     finally:
         tb.close()
 
