@@ -56,6 +56,9 @@ def test_local_reads(root: Path, as_url: bool) -> None:
         ranges = [(9000, 1000), (0, 10), (50, 0), (10, 1)]
         got = store.get_ranges("a.bin", ranges)
         assert [bytes(g) for g in got] == [a[o : o + n] for o, n in ranges]
+        before = store.stats.requests
+        assert [bytes(g) for g in store.get_ranges("missing.bin", [(0, 0), (7, 0)])] == [b""] * 2
+        assert store.stats.requests == before  # nothing asked: no request (not even a 404)
         assert store.list() == [("a.bin", 10_000), ("empty.bin", 0), ("sub/b.bin", 777)]
         assert store.list("sub") == [("sub/b.bin", 777)]
 
