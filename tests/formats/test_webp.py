@@ -107,6 +107,11 @@ def test_exif_orientation_turns_as_pillow_does(orientation: int) -> None:
     assert np.array_equal(decode_webp(data, name="x"), pillow(data))  # as stored by default
 
 
+def _riff(chunks: bytes) -> bytes:
+    """A WebP file of ``chunks``: the RIFF header around them, its size consistent."""
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP" + chunks
+
+
 def test_damage_is_refused_naming_the_file() -> None:
     data = kinds()["lossy-rgba"]
     cases = {
@@ -123,6 +128,19 @@ def test_damage_is_refused_naming_the_file() -> None:
     lossless = bytearray(kinds()["lossless-rgb"])
     lossless[20] ^= 0xFF
     cases["vp8l"] = (bytes(lossless), "no VP8L header")
+    # A lossy frame whose start code is damaged.
+    lossy = bytearray(kinds()["lossy-rgb"])
+    assert lossy[12:16] == b"VP8 "
+    lossy[23] ^= 0xFF  # the payload's bytes 3-5: the start code 9d 01 2a
+    cases["vp8"] = (bytes(lossy), "no VP8 frame header")
+    # An extended header (VP8X) of fewer than its 10 bytes.
+    assert data[12:16] == b"VP8X"
+    short = data[:12] + b"VP8X" + struct.pack("<I", 4) + data[20:24]
+    cases["vp8x"] = (_riff(short[12:]), "a VP8X chunk of 4 bytes")
+    # Chunks that end two bytes before the file does: no room for a chunk's header.
+    cases["stub"] = (_riff(data[12:] + b"AB"), "a chunk header cut at byte")
+    # Chunks of neither kind of frame.
+    cases["none"] = (_riff(b"XYZW" + struct.pack("<I", 2) + b"hi"), "no VP8, VP8L or VP8X chunk")
     for case, (blob, says) in cases.items():
         with pytest.raises(FormatError, match=r"bad\.webp") as info:
             decode_webp(blob, name="bad.webp")
