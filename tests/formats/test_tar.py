@@ -16,7 +16,7 @@ from _tar_shards import COUNTS, expected, key, sample, shards, write
 from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats import FileSource, IterableFiles, sample_digests
 from headrace.formats._images import decode_png
-from headrace.formats._tar import decode_tar, tar_index
+from headrace.formats._tar import decode_tar, encode_tar, tar_index
 from headrace.formats._tar_ranges import RangedTar
 from headrace.pipeline import Loader
 from headrace.testing import assert_resume_exact, batch_digest
@@ -228,6 +228,10 @@ def _forged(tmp_path: Path, members: list[tuple[str, bytes]], **edit: Any) -> Pa
         ({"size_field": b"\xff" * 12}, r"gives size -\d+: a size is never negative"),
         # A base-256 size past 2**64: past the end, not wrapped.
         ({"size_field": b"\x80" + b"\xff" * 11}, r"holds 309485009821345068724781055 bytes"),
+        (
+            {"size_field": b"12x4\0       "},
+            r"bad\.tar: the tar header at offset 0 has size b'12x4.*not an octal number",
+        ),
     ],
 )
 def test_damaged_headers_are_refused_by_name_when_counted(
@@ -382,6 +386,26 @@ def test_forged_pax_records_are_refused(
     forged[at + 1 : at + 5] = key
     with pytest.raises(FormatError, match=match):
         decode_tar(bytes(forged), name="p.tar")
+
+
+def test_a_header_cut_short_is_refused_as_truncated() -> None:
+    # A tar of one member, cut inside the second 512-byte header (its end-of-archive
+    # blocks, here): not read as the end.
+    data = encode_tar({"cls": np.array([7])})
+    assert len(data) >= 1536 and data[1024:1536] == bytes(512)  # member header, data, end
+    with pytest.raises(FormatError, match=r"s\.tar: truncated: 100 bytes at offset 1024 where"):
+        decode_tar(data[:1124], name="s.tar")
+
+
+def test_a_sparse_member_said_by_its_pax_header_is_refused(tmp_path: Path) -> None:
+    # GNU tar's format 1.0 sparse files: a PAX header with GNU.sparse.* records and an
+    # ordinary member type; its bytes are not the file's.
+    name = "d" * 120 + ".cls"  # a PAX path record, to be renamed GNU.sparse.name
+    data = bytearray(write(tmp_path / "p.tar", [(name, b"5")]).read_bytes())
+    at = data.index(b" path=")
+    data[at + 1 : at + 17] = b"GNU.sparse.name="  # over "path=ddddddddddd": same length
+    with pytest.raises(FormatError, match=r"p\.tar: the tar member at offset 0 is sparse"):
+        decode_tar(bytes(data), name="p.tar")
 
 
 def test_a_pax_header_cut_to_one_byte_is_refused(tmp_path: Path) -> None:
