@@ -25,6 +25,7 @@ from headrace.formats import (
     decode_png,
     encode,
 )
+from headrace.formats._npz import npz_rows
 
 # ---------------------------------------------------------------- NPY
 
@@ -261,6 +262,33 @@ def test_npz_stored_member_of_another_size_than_the_directory_says() -> None:
         rf"uncompressed, found {size}",
     ):
         decode_npz(bytes(data), name="s.npz")
+
+
+@pytest.mark.parametrize("damage", ["local header", "encrypted", "method", "no arrays"])
+def test_npz_counted_by_its_header_refuses_damage_by_name(damage: str) -> None:
+    # samples_per_file="header" reads a member's NPY header alone (npz_rows): the same
+    # damage as a decode meets is refused there too, naming the file and member.
+    data = bytearray(_savez(False, a=np.arange(10), b=np.arange(3)))
+    a = zipfile.ZipFile(io.BytesIO(bytes(data))).getinfo("a.npy")
+    central = _central_entry(data)
+    if damage == "local header":
+        data[a.header_offset] ^= 0xFF
+        says = rf"c\.npz: member 'a\.npy': corrupt: no local file header at byte {a.header_offset}"
+    elif damage == "encrypted":
+        data[central + 8] |= 0x1  # the directory's general purpose flags: bit 0
+        says = r"c\.npz: member 'a\.npy' is encrypted"
+    elif damage == "method":
+        struct.pack_into("<H", data, central + 10, 12)  # bzip2
+        says = r"c\.npz: member 'a\.npy': unsupported zip compression method 12"
+    else:
+        buf = io.BytesIO()
+        zipfile.ZipFile(buf, "w").close()
+        data = bytearray(buf.getvalue())
+        says = r"c\.npz: an NPZ with no arrays: no samples to count"
+    with pytest.raises(FormatError, match=says):
+        npz_rows(io.BytesIO(bytes(data)), name="c.npz", key=None)  # type: ignore[arg-type]
+    if damage != "no arrays":
+        assert npz_rows(io.BytesIO(_savez(False, a=np.arange(10))), name="c.npz", key=None) == 10
 
 
 @pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
