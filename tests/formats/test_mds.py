@@ -237,6 +237,10 @@ def _rewrite(root: Path, change: Any) -> None:
             r"the encoding 18446744073709551620 bytes",
         ),
         (lambda i: i["shards"][1].update(column_names=["a", "c"]), "differ from those of"),
+        (
+            lambda i: i["shards"][1]["raw_data"].update(basename="shard.00000.mds"),
+            r"shard file\(s\) listed twice: \['shard.00000.mds'\]",
+        ),
         (lambda i: i["shards"][1]["raw_data"].update(basename="../x.mds"), "must name a file"),
         (lambda i: i.update(shards=[]), "lists no shards"),
         (lambda i: i.pop("shards"), r"not a Streaming index \(no 'shards' list\)"),
@@ -365,6 +369,25 @@ def test_a_truncated_shard_is_refused(tmp_path: Path) -> None:
         pytest.raises(FormatError, match=r"shorter than the sample count and offsets"),
     ):
         src.read(0, np.arange(1))
+
+
+def test_a_shard_with_bytes_after_its_samples_is_refused(tmp_path: Path) -> None:
+    # The index agreeing with the file's size, its offsets end before it: not read as the
+    # samples with something after them (a shard appended to, or another's bytes).
+    path, data = _shard(tmp_path)
+    _save(tmp_path, path, data + b"tail")
+    with (
+        MDSSource(tmp_path) as src,
+        pytest.raises(FormatError, match=r"shard.00000.mds: \d+ bytes, .* 4 bytes after them"),
+    ):
+        src.read(0, np.arange(1))
+
+
+def test_shards_that_hold_no_samples_are_refused(tmp_path: Path) -> None:
+    write_mds(tmp_path, {"a": "int"}, [{"a": 1}], per_shard=1)
+    _rewrite(tmp_path, lambda i: i["shards"][0].update(samples=0))
+    with pytest.raises(FormatError, match=r"its shards hold no samples"):
+        MDSSource(tmp_path)
 
 
 def _u32(data: bytearray, word: int, value: int) -> None:
