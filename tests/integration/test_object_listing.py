@@ -13,7 +13,7 @@ levels down.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -127,16 +127,27 @@ def test_a_server_that_ignores_start_after_still_gives_the_same_listing(
     assert _list(bucket) == whole
 
 
-def test_the_ranges_are_listed_at_once(
-    bucket: dict[str, object],
-    whole: list[tuple[str, object]],
-    proxy: LatencyProxy,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def fanned(
+    bucket: dict[str, object], proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[], ObjectStore]:
+    """Opens a store of the bucket through the proxy, its listings cut into 4 ranges."""
     _cut(monkeypatch, 1, 4, 3)
+    options = {**bucket, "endpoint": proxy.endpoint, "retry": FAST_RETRY}
+    return lambda: ObjectStore(f"s3://{BUCKET}", **options)  # type: ignore[arg-type]
+
+
+def _listed(store: ObjectStore) -> list[tuple[str, object]]:
+    return [(k, tuple(i)) for k, i in store.list_info()]
+
+
+def test_the_ranges_are_listed_at_once(
+    fanned: Callable[[], ObjectStore], whole: list[tuple[str, object]], proxy: LatencyProxy
+) -> None:
     proxy.latency_ms = 100.0
     try:
-        assert _list(bucket, endpoint=proxy.endpoint, retry=FAST_RETRY) == whole
+        with fanned() as store:
+            assert _listed(store) == whole
     finally:
         proxy.latency_ms = 0.0
     # The first page, the root's level (14 folders: past a fan of 4), then 4 ranges.
@@ -145,41 +156,29 @@ def test_the_ranges_are_listed_at_once(
 
 
 def test_a_failed_range_is_retried_alone(
-    bucket: dict[str, object],
-    whole: list[tuple[str, object]],
-    proxy: LatencyProxy,
-    monkeypatch: pytest.MonkeyPatch,
+    fanned: Callable[[], ObjectStore], whole: list[tuple[str, object]], proxy: LatencyProxy
 ) -> None:
-    _cut(monkeypatch, 1, 4, 3)
     proxy.set_faults([FaultRule(status=503, match="start-after", limit=2)])
-    with ObjectStore(
-        f"s3://{BUCKET}", **{**bucket, "endpoint": proxy.endpoint, "retry": FAST_RETRY}
-    ) as store:
-        assert [(k, tuple(i)) for k, i in store.list_info()] == whole
+    with fanned() as store:
+        assert _listed(store) == whole
         assert store.stats.retries == 2
     assert proxy.stats.requests == 1 + 1 + 4 + 2
 
 
 @pytest.mark.parametrize("match", ["start-after", "delimiter"])
 def test_a_denied_range_or_level_fails_the_listing_naming_it(
-    bucket: dict[str, object],
-    proxy: LatencyProxy,
-    monkeypatch: pytest.MonkeyPatch,
-    match: str,
+    fanned: Callable[[], ObjectStore], proxy: LatencyProxy, match: str
 ) -> None:
-    _cut(monkeypatch, 1, 4, 3)
     proxy.set_faults([FaultRule(status=403, match=match, limit=1)])
     with (
-        ObjectStore(
-            f"s3://{BUCKET}", **{**bucket, "endpoint": proxy.endpoint, "retry": FAST_RETRY}
-        ) as store,
+        fanned() as store,
         pytest.raises(PermissionDeniedError, match=rf"s3://{BUCKET}/.*: access denied") as caught,
     ):
         store.list_info()
     # A range names where it starts (and ends); the others ran to their end or were
     # cancelled, none left behind: the store lists again at once.
     assert ("(the keys listed from there " in str(caught.value)) == (match == "start-after")
-    with ObjectStore(f"s3://{BUCKET}", **{**bucket, "endpoint": proxy.endpoint}) as store:
+    with fanned() as store:
         assert len(store.list_info()) == len(KEYS) - 1
 
 

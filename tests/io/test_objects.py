@@ -690,3 +690,28 @@ def test_a_store_first_used_where_no_thread_may_start_runs_in_the_callers_thread
     why[0] = "can't start new thread"
     with ObjectStore(root) as store, pytest.raises(RuntimeError, match="can't start new thread"):
         store.get("a.bin")
+
+
+def test_a_store_closed_before_its_loop_starts_leaves_no_coroutine_behind(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Closed by another thread between get_many's own check and its loop's start: the
+    # request is refused naming the store, and the coroutine made for it is closed, not
+    # left to warn "was never awaited" at some later collection.
+    import gc
+    import warnings
+
+    store = ObjectStore(root)
+    real = store._loop_thread
+
+    def closed_meanwhile() -> object:
+        store.close()
+        return real()
+
+    monkeypatch.setattr(store, "_loop_thread", closed_meanwhile)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(StorageError, match=r": store is closed"):
+            store.get_many(["a.bin"])
+        gc.collect()
+    assert not [w for w in seen if "never awaited" in str(w.message)], seen
