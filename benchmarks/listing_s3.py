@@ -39,6 +39,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import resource
 import statistics
 import sys
@@ -53,9 +54,15 @@ from _out import out
 HERE = Path(__file__).resolve()
 
 
-def write(root: Path, folders: int, per: int) -> Path:
+def write(root: Path, folders: int, per: int, layout: str) -> Path:
     """The tree under ``root`` (once: kept between runs)."""
     done = root / f".done-{folders}x{per}"
+    if not done.exists() and layout == "flat":  # COCO's train2017/: ids spread over 0-582k
+        (root / "train").mkdir(parents=True, exist_ok=True)
+        ids = random.Random(0).sample(range(582_000), folders * per)
+        for i in ids:
+            (root / "train" / f"{i:012d}.jpg").write_bytes(b"x" * (i % 7 + 1))
+        done.touch()
     if not done.exists():
         for c in range(folders):
             d = root / "train" / f"n{1440764 + c:08d}"
@@ -104,6 +111,12 @@ def main() -> None:
         default="list",
         help="time list_info() or a FileSource's open",
     )
+    ap.add_argument(
+        "--layout",
+        choices=["imagenet", "flat"],
+        default="imagenet",
+        help="folders of keys (ImageNet's) or every key in one folder (COCO's)",
+    )
     ap.add_argument("--root", default="/tmp/headrace-listing-s3")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--endpoint", default=None, help=argparse.SUPPRESS)
@@ -113,9 +126,8 @@ def main() -> None:
         return
     from headrace.emulate import LatencyProxy
 
-    root = write(
-        Path(args.root) / f"{args.folders}x{args.per_folder}", args.folders, args.per_folder
-    )
+    where = Path(args.root) / f"{args.layout}-{args.folders}x{args.per_folder}"
+    root = write(where, args.folders, args.per_folder, args.layout)
     env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent / "src")}
     with files_s3(str(root)) as upstream:
         for latency in (float(x) for x in args.latency_ms.split(",")):

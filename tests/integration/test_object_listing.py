@@ -270,13 +270,14 @@ def test_a_gcs_prefix_in_ranges_lists_the_same_keys(
         whole = listed()
     assert [k for k, _ in whole] == sorted({k.rstrip("/") for k in KEYS} - {"m"})
     ranges = []
-    real_range = _object_listing._range
+    real_range = _object_listing._Fan._range
 
-    def counted(*args: Any) -> Any:
-        ranges.append(args[2])  # where it starts
-        return real_range(*args)
+    def counted(fan: Any, r: Any) -> Any:
+        if r.low is not None:  # a run of folders (not a range cut from one)
+            ranges.append(r.after)  # where it starts
+        return real_range(fan, r)
 
-    monkeypatch.setattr(_object_listing, "_range", counted)
+    monkeypatch.setattr(_object_listing._Fan, "_range", counted)
     for page, fan, depth in [(1, 4, 3), (1, 64, 1), (2, 3, 2)]:
         _cut(monkeypatch, page, fan, depth)
         ranges.clear()

@@ -37,13 +37,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import obstore as obs
 
 from headrace.io._object_info import ObjectInfo, info_of
 
-__all__ = ["DEPTH", "FAN", "PAGE", "alist_fanned", "fans_out"]
+__all__ = ["DEPTH", "FAN", "PAGE", "alist_fanned", "cut_points", "fans_out"]
 
 FAN = 32
 """Ranges listed at once (and folders to find before the walk stops)."""
@@ -74,15 +74,22 @@ async def alist_fanned(store: Any, prefix: str, attempt: Try[Any]) -> Listed:
     page, more = await attempt(top, first)
     if not more:
         return page
+    base = f"{top}/" if top else ""
+    last = max(key for key, _ in page)
+    if len(page) >= 2 and "/" not in last[len(base) :]:
+        # A flat prefix (COCO's train2017/): its first page, then the rest cut by name.
+        fan = _Fan(store, top, base, attempt, [])
+        return await fan.run([_Range(last, None, None)], page)
     found: Listed = []
     level, folders = [top], list[str]()
+    parent = last.rpartition("/")[0]  # a folder the first page shows to be large
     for _ in range(DEPTH):
         listed = await _all([attempt(p, _level(store, p)) for p in level])
         folders = []
         for r in listed:
             found += [(m["path"], info_of(m)) for m in r["objects"]]
             folders += r["common_prefixes"]
-        if len(folders) >= FAN or not folders:
+        if len(folders) >= FAN or not folders or parent in folders:
             break
         level = folders
     if not folders:
@@ -91,14 +98,12 @@ async def alist_fanned(store: Any, prefix: str, attempt: Try[Any]) -> Listed:
     # The first range from its folder's name as a key (its marker, ``a/`` listed as ``a``):
     # any later one's sorts into the range before it.
     lows = [starts[0][:-1], *starts[1:]]
-    seen = sorted(found, key=lambda item: item[0])
-    ranges = [
-        _range(store, top, low, stop, attempt, seen)
+    fan = _Fan(store, top, base, attempt, sorted(found, key=lambda item: item[0]))
+    runs = [
+        _Range(low.rstrip("/"), low, stop)
         for low, stop in zip(lows, [*starts[1:], None], strict=True)
     ]
-    for part in await _all(ranges):
-        found += part
-    return found
+    return await fan.run(runs, found)
 
 
 def fans_out(url: str) -> bool:
@@ -125,44 +130,177 @@ def _run_starts(bounds: Sequence[str]) -> list[str]:
     return [bounds[len(bounds) * i // runs] for i in range(runs)]
 
 
-async def _range(
-    store: Any,
-    top: str,
-    low: str,
-    stop: str | None,
-    attempt: Try[Listed],
-    seen: list[tuple[str, ObjectInfo]],
-) -> Listed:
-    """The keys from ``low`` up to folder ``stop`` (``None``: the end), less the levels'
-    objects ``seen`` (sorted) among them.
+class _Range(NamedTuple):
+    """The keys from ``low`` (``None``: any the listing gives) up to ``stop`` (``None``:
+    the prefix's end), listed from after ``after`` (S3's ``start-after``)."""
 
-    The listing starts after ``low`` without a trailing ``/`` (obstore drops one): keys
-    between the two (``a-b/x`` before ``a/``) are another range's, and go. A level's
-    object is left out as itself (key, size and tag), not by name: ``a`` beside a
-    marker with bytes, ``a/`` (which obstore lists as ``a`` too), are two objects under
-    one name, refused as one listing refuses them.
-    """
-    lo = bisect.bisect_left(seen, (low,))
-    hi = len(seen) if stop is None else bisect.bisect_left(seen, (stop,))
-    again = set(seen[lo:hi])
+    after: str
+    low: str | None
+    stop: str | None
 
-    async def once() -> Listed:
-        out: Listed = []
-        async for chunk in obs.list(store, top or None, offset=low.rstrip("/"), chunk_size=PAGE):
-            whole = chunk and chunk[0]["path"] >= low and (stop is None or chunk[-1]["path"] < stop)
-            if whole and not again:  # most chunks: all of it, no key looked at
-                out += [(m["path"], info_of(m)) for m in chunk]
-                continue
-            for m in chunk:
-                key = m["path"]
-                if stop is not None and key >= stop:
-                    return out
-                if key >= low and (item := (key, info_of(m))) not in again:
-                    out.append(item)
+    def what(self) -> str:
+        """How an error names the range."""
+        if self.low is None and self.stop is not None and self.stop.endswith("\0"):
+            end = f"through {self.stop[:-1]!r}"
+        else:
+            end = f"up to {self.stop!r}" if self.stop else "on"
+        return f"{self.after} (the keys listed from there {end})"
+
+
+class _Fan:
+    """Ranges of a prefix listed at once, at most :data:`FAN`; a range whose page of keys
+    is full cuts the rest of itself (:func:`cut_points`) while fewer are running."""
+
+    def __init__(self, store: Any, top: str, base: str, attempt: Try[Any], seen: Listed) -> None:
+        self.store, self.top, self.base, self.attempt = store, top, base, attempt
+        self.seen = seen  # a level's objects, listed already (sorted)
+        self.live = 0  # ranges running, and those a cut has claimed
+
+    async def run(self, ranges: Sequence[_Range], listed: Listed) -> Listed:
+        """``listed`` (keys listed before) and every key of ``ranges`` and of the ranges
+        they are cut into."""
+        out = list(listed)
+        twice: Listed = []
+        self.live = len(ranges)
+        tasks = {asyncio.ensure_future(self._range(r)) for r in ranges}
+        try:
+            while tasks:
+                done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    keys, early, cut = task.result()
+                    out += keys
+                    twice += early
+                    if not cut:
+                        self.live -= 1  # (a cut's ranges take its place and its claim)
+                    tasks |= {asyncio.ensure_future(self._range(r)) for r in cut}
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        for item in twice:  # a marker the range before also listed: once
+            if out.count(item) > 1:
+                out.remove(item)
         return out
 
-    what = f"{low} (the keys listed from there {f'up to {stop!r}' if stop else 'on'})"
-    return await attempt(what, once)
+    async def _range(self, r: _Range) -> tuple[Listed, Listed, list[_Range]]:
+        """The keys of ``r`` less the levels' objects among them; the keys it listed that
+        sort before its start (folder markers); the ranges it was cut into, if it was.
+
+        A folder run's listing starts after its ``low`` without a trailing ``/`` (obstore
+        drops one): keys between the two (``a-b/x`` before ``a/``) are another range's,
+        and go. A level's object is left out as itself (key, size and tag), not by name:
+        ``a`` beside a marker with bytes, ``a/`` (which obstore lists as ``a`` too), are
+        two objects under one name, refused as one listing refuses them.
+
+        A range cut by name (``low`` ``None``) keeps every key the listing gives. obstore
+        lists a marker without its slash: ``a/``, after ``a-9`` among the keys, is ``a``
+        here. So a range after ``a-5`` may list ``a``, and the range before it may list
+        it too (when no other key sorts between ``a-5`` and ``a/``): it is kept once.
+        """
+        low, stop = r.low, r.stop
+        seen = self.seen
+        first = bisect.bisect_left(seen, (r.after if low is None else low,))
+        end = len(seen) if stop is None else bisect.bisect_left(seen, (stop,))
+        again = set(seen[first:end])
+
+        async def once() -> tuple[Listed, Listed, list[_Range]]:
+            out: Listed = []
+            early: Listed = []
+            high = r.after  # the last name listed so far (markers: out of order)
+            stream = obs.list(self.store, self.top or None, offset=r.after, chunk_size=PAGE)
+            async for chunk in stream:
+                paths = [m["path"] for m in chunk]
+                least, most = min(paths), max(paths)
+                whole = (least >= low if low is not None else least > r.after) and (
+                    stop is None or most < stop
+                )
+                if whole and not again:  # most chunks: all of it, no key looked at
+                    out += [(m["path"], info_of(m)) for m in chunk]
+                else:
+                    for m in chunk:
+                        key = m["path"]
+                        if stop is not None and key >= stop:
+                            return out, early, []
+                        if low is not None and key < low:
+                            continue
+                        if low is None and key <= r.after:  # a marker past it, or no key
+                            if not _marker_after(key, r.after):
+                                continue
+                            early.append((key, info_of(m)))
+                        if (item := (key, info_of(m))) not in again:
+                            out.append(item)
+                high = max(high, most)
+                if whole and len(chunk) >= PAGE and (room := FAN - self.live) > 0:
+                    points = cut_points(paths, self.base, high, stop, room)
+                    if points:
+                        self.live += len(points)
+                        ends = [p + "\0" for p in points]
+                        cut = [
+                            _Range(after, None, end)
+                            for after, end in zip([high, *points], [*ends, stop], strict=True)
+                        ]
+                        return out, early, cut
+            return out, early, []
+
+        return cast("tuple[Listed, Listed, list[_Range]]", await self.attempt(r.what(), once))
+
+
+def _marker_after(name: str, after: str) -> bool:
+    """Whether ``name`` (not past ``after``) may be a marker's, ``name/``, that sorts
+    past ``after``: ``a`` past ``a`` or ``a-5``, not past ``a0`` or ``b``."""
+    return after.startswith(name) and after[len(name) :] < "/"
+
+
+def cut_points(
+    paths: Sequence[str], base: str, after: str, stop: str | None, most: int
+) -> list[str]:
+    """Up to ``most`` names past ``after`` (and before ``stop``) to cut the keys beyond a
+    page at, so that each cut holds a page of keys or more as the page's spread foretells.
+
+    ``paths`` is the page (under ``base``), ``after`` the last of them. The names are
+    ``after``'s first characters and one greater, from the last character back to the
+    first: past ``000000004321.jpg``, ``000000004322``..., ``00000001``...,
+    ``0000001``..., each step of the ladder as many times wider as there are characters.
+    The page's keys, read as numbers in those characters, tell how many keys a step
+    holds; cuts closer than a page apart are merged. Keys are seldom spread evenly (the
+    ladder's wider steps are often empty), which costs a request each, no key: a range
+    cut here that still holds more than a page is cut again.
+    """
+    if len(paths) < 2:
+        return []
+    strip = len(base)
+    low, high = min(paths)[strip:], after[strip:]
+    chars = sorted(set("".join(p[strip:] for p in paths)) | set(high))
+    rank = {c: i + 1 for i, c in enumerate(chars)}  # 0: the end of a name
+    radix, width = len(chars) + 1, max(len(low), len(high)) + 1
+
+    def number(name: str) -> int:
+        return sum(rank[c] * radix ** (width - 1 - i) for i, c in enumerate(name))
+
+    span = number(high) - number(low)
+    if span <= 0:
+        return []
+    each = PAGE * span  # a cut a page wide: (number - previous) * (len(paths) - 1) >= this
+    at = [0]
+    for c in high:
+        at.append(at[-1] + rank[c] * radix ** (width - len(at)))
+    points: list[str] = []
+    previous = number(high)
+    for depth in range(len(high) - 1, -1, -1):
+        for c in chars:
+            if c <= high[depth] or c == "/":  # obstore drops a start-after's last /
+                continue
+            name = high[:depth] + c
+            if stop is not None and base + name >= stop:
+                return points
+            value = at[depth] + rank[c] * radix ** (width - 1 - depth)
+            if (value - previous) * (len(paths) - 1) >= each:
+                points.append(base + name)
+                previous = value
+                if len(points) == most:
+                    return points
+    return points
 
 
 async def _all(calls: Sequence[Awaitable[T]]) -> list[T]:
