@@ -4,6 +4,7 @@ then 32 ranges of keys listed at once), side by side.
 
     PYTHONPATH=src python benchmarks/listing_s3.py [--folders 1000] [--per-folder 100]
         [--latency-ms 30,100] [--rounds 3] [--root DIR] [--what list|filesource]
+        [--layout imagenet|flat]
 
 An ImageNet-like tree (``train/nXXXXXXXX/nXXXXXXXX_I.JPEG``, a few bytes each) is
 written once under ``--root`` and served by ``benchmarks/_files_s3.py`` (S3's paging:
@@ -30,6 +31,11 @@ sha256 e32856486cd371bd on both sides. Both beat the prediction: the server's co
 was less than the 24 ms first measured (that included its first reading of the files).
 ``--what filesource`` (no prediction written): 4.15 s and 0.99 s at 30 ms (4.2x), 11.09 s
 and 1.22 s at 100 ms (9.1x), the same sha256.
+``--layout flat`` (COCO's ``train2017/``: ``train/%012d.jpg``, ids spread over 0-582k, no
+folders), cut by name. Prediction: 1.2 s at 30 ms (3.5-4x), 1.8 s at 100 ms (~6x), 150-200
+requests. Measured (2c, 2026-12-06, 3 rounds): 4.46 s and 1.36 s (3.3x), 11.29 s and 1.73 s
+(6.5x), 100 against 164-171 requests, sha256 3ff65d29467935c1 on both sides; before the cut
+by name the fanned side took 4.99 s and 11.62 s.
 docs/objects.md ("A large prefix: listed in ranges at once") has the rest.
 """
 

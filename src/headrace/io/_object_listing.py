@@ -7,22 +7,27 @@ once instead:
 
 1. The first page, as a plain listing's: a prefix of fewer than 1,000 keys ends
    there, one request, as before.
-2. Otherwise its folders are listed a level at a time (``list_with_delimiter``:
-   a level's objects and its sub-folders) until there are :data:`FAN` of them
-   or :data:`DEPTH` levels were walked (ImageNet: ``train/`` and ``val/``, then
-   their 2,000 class folders). Objects met on the way are kept.
-3. The folders, in key order, are cut into at most :data:`FAN` runs; each run is
+2. A flat prefix (COCO's ``train2017/``: the page ends among the prefix's own
+   objects) has no folders to cut at: the rest is cut by name (:func:`cut_points`).
+3. Otherwise its folders are listed a level at a time (``list_with_delimiter``:
+   a level's objects and its sub-folders) until there are :data:`FAN` of them,
+   :data:`DEPTH` levels were walked (ImageNet: ``train/`` and ``val/``, then
+   their 2,000 class folders), or a level holds the folder the first page ended
+   in (COCO's ``train2017/`` beside ``val2017/``: listing its level would be one
+   listing of it, a page after another). Objects met on the way are kept.
+4. The folders, in key order, are cut into at most :data:`FAN` runs; each run is
    listed as one range of keys, from its first folder (S3's ``start-after``) up
    to the next run's first folder, all runs at once.
+5. A range whose page of keys is full while fewer than :data:`FAN` run is cut by
+   name, from that page, and its cuts listed at once (cut again the same way).
 
 Every key comes from exactly one place: a level's objects, or the one range
-holding its folder (a level's object that sorts inside a range is not taken
-from it twice). The result is the plain listing's: the same keys, sizes and tags,
-sorted. Each request is retried on its own. A range's last page may run past its
-end (up to 999 keys read and left), so the fan costs the first page again, a
-request a level and at most one a range more than the plain listing; a prefix
-without folders costs one request more than before (the first page), one after
-another.
+holding it (a level's object that sorts inside a range is not taken from it
+twice). The result is the plain listing's: the same keys, sizes and tags, sorted.
+Each request is retried on its own. A range's last page may run past its end (up
+to 999 keys read and left), so the fan costs at most one request a range, and a
+request a level, more than the plain listing, and the folder walk the first page
+again; a cut by name's empty steps cost a request each.
 
 For ``s3://`` (and S3-compatible endpoints) and ``gs://``: S3 and GCS's XML API,
 which obstore lists through, start a listing after a key themselves (``start-after``).
