@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from s3util import FAST_RETRY, S3Fixture
@@ -76,25 +77,32 @@ def test_one_listing_is_what_the_prefix_holds(whole: list[tuple[str, object]]) -
     assert dict(whole)["flat/5"][0] == len(_body("5/"))  # the marker with bytes
 
 
+@pytest.fixture
+def cuts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names listings are cut at (``cut_points``' answers), as they are made."""
+    made: list[str] = []
+    real = _object_listing.cut_points
+
+    def counted(*args: Any) -> list[str]:
+        points = real(*args)
+        made.extend(points)
+        return points
+
+    monkeypatch.setattr(_object_listing, "cut_points", counted)
+    return made
+
+
 @pytest.mark.parametrize(("page", "fan"), [(2, 2), (3, 4), (5, 32), (8, 3), (40, 32)])
 def test_every_cut_of_a_flat_prefix_lists_the_same_keys(
     bucket: dict[str, object],
     whole: list[tuple[str, object]],
     monkeypatch: pytest.MonkeyPatch,
+    cuts: list[str],
     page: int,
     fan: int,
 ) -> None:
     monkeypatch.setattr(_object_listing, "PAGE", page)
     monkeypatch.setattr(_object_listing, "FAN", fan)
-    cuts: list[str] = []
-    real = _object_listing.cut_points
-
-    def counted(*args: object, **kw: object) -> list[str]:
-        points = real(*args, **kw)  # type: ignore[arg-type]
-        cuts.extend(points)
-        return points
-
-    monkeypatch.setattr(_object_listing, "cut_points", counted)
     assert _list(bucket, "flat") == whole
     assert cuts, "the prefix was never cut"
     if page == 8:  # the bucket's root: no prefix before the names cut
@@ -170,3 +178,31 @@ def test_a_server_that_ignores_start_after_still_gives_a_flat_prefix(
 
     monkeypatch.setattr(_object_listing.obs, "list", from_the_first)
     assert _list(bucket, "flat") == whole
+
+
+def test_a_folder_the_first_page_ends_in_is_cut_by_name_not_walked(
+    s3: S3Fixture, monkeypatch: pytest.MonkeyPatch, cuts: list[str]
+) -> None:
+    # COCO's layout: annotations/, a large train2017/ and val2017/. The first page ends in
+    # train2017/, so the walk stops at the level that holds it: listing that folder's own
+    # level would be one listing of it, a page after another.
+    s3.server.create_bucket("headrace-coco")
+    client = s3.server.info.boto3_client()
+    keys = ["coco/annotations/a.json", "coco/annotations/b.json", "coco/val2017/1.jpg"]
+    keys += [f"coco/train2017/{i:05d}.jpg" for i in IDS[:120]]
+    for key in keys:
+        client.put_object(Bucket="headrace-coco", Key=key, Body=key.encode())
+    monkeypatch.setattr(_object_listing, "PAGE", 10)
+    monkeypatch.setattr(_object_listing, "FAN", 8)
+    levels: list[str] = []
+    real = _object_listing._level
+
+    def walked(store: object, folder: str) -> object:
+        levels.append(folder)
+        return real(store, folder)
+
+    monkeypatch.setattr(_object_listing, "_level", walked)
+    with ObjectStore("s3://headrace-coco", **s3.options()) as store:  # type: ignore[arg-type]
+        assert store.list("coco") == sorted((k, len(k)) for k in keys)
+    assert levels == ["coco"]
+    assert cuts and all(c.startswith("coco/train2017/") for c in cuts)

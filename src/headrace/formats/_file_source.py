@@ -49,6 +49,7 @@ from headrace.formats._tar import TarIndex
 from headrace.formats._tar_ranges import RangedTar, TarIndexes
 from headrace.formats._tfrecord_ranges import RangedTfrecord
 from headrace.io import CacheStats, ObjectCache, open_cache
+from headrace.io._gc_pause import gc_paused
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
 from headrace.plan import retry_rows
@@ -505,15 +506,16 @@ class FileSource(Closing):
         """The files as given (``listing``: as listed already, not listed again, its
         object keys under ``listed_at``)."""
         files, config, store_options = self._args
-        return list_files(
-            files,
-            extensions=self.format.extensions,
-            local_read=config.local_read,
-            store_options=store_options,
-            listing=listing,
-            cache=cache,
-            listed_at=listed_at,
-        )
+        with gc_paused():  # a listing's objects are kept: no garbage to look for
+            return list_files(
+                files,
+                extensions=self.format.extensions,
+                local_read=config.local_read,
+                store_options=store_options,
+                listing=listing,
+                cache=cache,
+                listed_at=listed_at,
+            )
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
