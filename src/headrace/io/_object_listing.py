@@ -280,18 +280,15 @@ def cut_points(
     rank = {c: i + 1 for i, c in enumerate(chars)}  # 0: the end of a name
     radix, width = len(chars) + 1, max(len(low), len(high)) + 1
 
-    def number(name: str) -> int:
-        return sum(rank[c] * radix ** (width - 1 - i) for i, c in enumerate(name))
-
-    span = number(high) - number(low)
+    at = [0]  # the number each of high's first characters make
+    for c in high:
+        at.append(at[-1] + rank[c] * radix ** (width - len(at)))
+    span = at[-1] - sum(rank[c] * radix ** (width - 1 - i) for i, c in enumerate(low))
     if span <= 0:
         return []
     each = PAGE * span  # a cut a page wide: (number - previous) * (len(paths) - 1) >= this
-    at = [0]
-    for c in high:
-        at.append(at[-1] + rank[c] * radix ** (width - len(at)))
     points: list[str] = []
-    previous = number(high)
+    previous = at[-1]
     for depth in range(len(high) - 1, -1, -1):
         for c in chars:
             if c <= high[depth] or c == "/":  # obstore drops a start-after's last /
