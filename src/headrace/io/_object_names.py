@@ -11,12 +11,16 @@ to get past it.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import posixpath
 import re
 
 from headrace.errors import ConfigError, StorageError
 from headrace.io._object_info import ObjectInfo
 from headrace.io._retry import summarize
+
+_first = operator.itemgetter(0)
 
 __all__ = [
     "check_key",
@@ -106,8 +110,9 @@ def named_once(where: str, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[s
     "changed since it was listed"). An empty one beside it is a folder marker
     (``d/`` beside an object ``d``) and goes, as ``drop_folder_markers`` drops markers.
     """
-    if len({k for k, _ in listed}) == len(listed):
-        return listed  # every name once: most listings, without a loop of tuples
+    keys = list(map(_first, listed))
+    if not any(map(operator.eq, keys, itertools.islice(keys, 1, None))):
+        return listed  # every name once: most listings (neighbours compared in C, no set)
     out: list[tuple[str, ObjectInfo]] = []
     for key, info in listed:
         if not out or out[-1][0] != key:
