@@ -52,6 +52,7 @@ def info_of(meta: Mapping[str, Any]) -> ObjectInfo:
     return ObjectInfo(int(meta["size"]), etag)
 
 
+# A listing's (key, info) and an info's size (ObjectInfo's first field), got in C.
 _key, _info, _size = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(0)
 
 
