@@ -18,6 +18,7 @@ import pytest
 from s3util import FAST_RETRY, S3Fixture
 
 from headrace.emulate import FaultRule, LatencyProxy
+from headrace.errors import PermissionDeniedError
 from headrace.io import ObjectStore, _object_listing
 
 pytestmark = pytest.mark.integration
@@ -206,3 +207,24 @@ def test_a_folder_the_first_page_ends_in_is_cut_by_name_not_walked(
         assert store.list("coco") == sorted((k, len(k)) for k in keys)
     assert levels == ["coco"]
     assert cuts and all(c.startswith("coco/train2017/") for c in cuts)
+
+
+def test_a_denied_cut_range_fails_the_listing_naming_it(
+    bucket: dict[str, object], proxy: LatencyProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pages of 4: the first, then the range after it, cut at flat/3 into two after its
+    # second page (its first holds the marker 00500/, listed before its start: no cut
+    # there); the first of the two, after that page's last key, is denied.
+    last = f"{IDS[3]:05d}.jpg"
+    assert sorted(k for k in KEYS if k <= last)[-4:] == ["0079", "01730.jpg", "01840.jpg", last]
+    monkeypatch.setattr(_object_listing, "PAGE", 4)
+    monkeypatch.setattr(_object_listing, "cut_points", _only("flat/3"))
+    proxy.set_faults([FaultRule(status=403, match=last, limit=1)])
+    options = {**bucket, "endpoint": proxy.endpoint, "retry": FAST_RETRY}
+    with (
+        ObjectStore(f"s3://{BUCKET}", **options) as store,  # type: ignore[arg-type]
+        pytest.raises(PermissionDeniedError, match=r"access denied") as caught,
+    ):
+        store.list_info("flat")
+    said = str(caught.value)
+    assert f"flat/{last} (the keys listed from there through 'flat/3')" in said, said
