@@ -17,10 +17,8 @@ import posixpath
 import re
 
 from headrace.errors import ConfigError, StorageError
-from headrace.io._object_info import ObjectInfo
+from headrace.io._object_info import ObjectInfo, item_key
 from headrace.io._retry import summarize
-
-_first = operator.itemgetter(0)
 
 __all__ = [
     "check_key",
@@ -110,7 +108,7 @@ def named_once(where: str, listed: list[tuple[str, ObjectInfo]]) -> list[tuple[s
     "changed since it was listed"). An empty one beside it is a folder marker
     (``d/`` beside an object ``d``) and goes, as ``drop_folder_markers`` drops markers.
     """
-    keys = list(map(_first, listed))
+    keys = list(map(item_key, listed))
     if not any(map(operator.eq, keys, itertools.islice(keys, 1, None))):
         return listed  # every name once: most listings (neighbours compared in C, no set)
     out: list[tuple[str, ObjectInfo]] = []

@@ -41,6 +41,7 @@ from headrace.io._object_info import (
     drop_folder_markers,
     eof_with_size,
     info_of,
+    item_key,
     normalize,
     short_read,
 )
@@ -541,20 +542,19 @@ class ObjectStore(Closing):
 
         where = self.where(prefix)
 
-        if fans_out(self.url):  # many ranges at once (_object_listing)
-            listed = self._run(alist_fanned(store, prefix, self._alist_try), "a listing")
-            listed.sort(key=lambda item: item[0])
-            return drop_folder_markers(named_once(where, listed), prefix)
-
         def once() -> list[tuple[str, ObjectInfo]]:
             stream = obs.list(store, prefix or None, chunk_size=1000)
             try:
-                listed = sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
+                return sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
             except obx.InvalidPathError as exc:
                 raise unlistable(where, exc) from exc
-            return drop_folder_markers(named_once(where, listed), prefix)
 
-        return self._tries.run(where, once, lambda _: 0)
+        if fans_out(self.url):  # many ranges at once (_object_listing)
+            listed = self._run(alist_fanned(store, prefix, self._alist_try), "a listing")
+            listed.sort(key=item_key)
+        else:
+            listed = self._tries.run(where, once, lambda _: 0)
+        return drop_folder_markers(named_once(where, listed), prefix)
 
     async def _alist_try(self, what: str, once: Callable[[], Awaitable[T]]) -> T:
         """One request of a listing (``what``: its prefix or range of keys), retried."""
