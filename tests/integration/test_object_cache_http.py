@@ -34,6 +34,7 @@ class _Files(BaseHTTPRequestHandler):
     """The server's folder (``root``) over HTTP/1.1, keep-alive, ranges included."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else a kept connection's answers wait ~40 ms for an ACK
     root = Path()
     etag = "strong"  # "strong", "weak" or "none"
     ranges = True  # False: a Range header is ignored (200, the whole file)
