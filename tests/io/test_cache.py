@@ -671,6 +671,38 @@ def test_sweeping_a_cache_that_is_not_there_or_not_readable_removes_nothing(
     assert cache_files.remove_dead(str(tmp_path)) == 1 and not dead.exists()
 
 
+def test_a_sweep_beside_another_counts_only_what_it_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two processes sweep at once: a temporary listed by this one is gone before its stat
+    # (the other removed it), and another cannot be unlinked (EACCES: a folder another
+    # user's process made read-only). Neither fails the sweep; only the third is counted.
+    sub = tmp_path / "ab"
+    sub.mkdir()
+    dead = [sub / f"{'cd' * 19}{cache_files.TMP}12{i}-dead000{i}" for i in range(3)]
+    past = time.time() - 2 * cache_files.STALE_TMP_S
+    for path in dead:
+        path.write_bytes(b"x")
+        os.utime(path, (past, past))
+    scandir, unlink = os.scandir, os.unlink
+
+    def listed_then_removed(path: Any) -> Any:
+        entries = list(scandir(path))
+        if os.fspath(path) == str(sub):
+            unlink(dead[0])  # after the listing, before the stat: the other sweeper's
+        return iter(entries)
+
+    def refused(path: Any) -> None:
+        if os.fspath(path) == str(dead[1]):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        unlink(path)
+
+    monkeypatch.setattr(cache_files.os, "scandir", listed_then_removed)
+    monkeypatch.setattr(cache_files.os, "unlink", refused)
+    assert cache_files.remove_dead(str(tmp_path)) == 1
+    assert [p.exists() for p in dead] == [False, True, False]
+
+
 def test_hits_do_not_wait_while_another_process_holds_the_byte_count(tmp_path: Path) -> None:
     import fcntl
 
