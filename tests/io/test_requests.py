@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from concurrent.futures import wait
+from typing import Any
 
 import pytest
 
@@ -223,6 +224,31 @@ def test_a_slot_waited_for_when_the_queue_closes_is_a_storage_error() -> None:
     t.join(timeout=10)
     assert not t.is_alive()
     assert len(got) == 1 and "closed while waiting" in str(got[0])
+
+
+def test_a_slot_admitted_as_the_queue_closes_is_a_storage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # close() on another thread cancels the request holding the only place, which admits
+    # the slot waiting for it a moment before the slot's own turn to be cancelled: the
+    # slot's thread wakes admitted, on a queue already closed. It must not run its block,
+    # and giving its place back on the loop that closed meanwhile must not raise either.
+    from headrace.io import _requests
+
+    q = RequestQueue(1)
+    waited = _requests.result
+
+    def admitted_then_closed(future: Any) -> Any:
+        got = waited(future)  # admitted
+        q.close()  # then closed, before the block
+        return got
+
+    monkeypatch.setattr(_requests, "result", admitted_then_closed)
+    ran = []
+    with pytest.raises(StorageError, match="the request queue closed while waiting"):
+        with q.slot():
+            ran.append(1)
+    assert ran == []
 
 
 def test_a_submit_that_meets_close_is_a_storage_error(monkeypatch: pytest.MonkeyPatch) -> None:
