@@ -135,6 +135,49 @@ def test_eof_names_the_size_when_the_first_head_fails_at_once(
     assert calls == ["x"]
 
 
+def test_a_whole_get_whose_body_falls_short_of_its_range_is_retried_then_refused(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: a whole-object GET answers with a range of 10,000 bytes and a
+    # body of 5,000 (a proxy's cut that kept the headers). The bytes must not be returned
+    # as the object: once, the GET is asked again; every time, the error names the object.
+    import headrace.io._objects as objects_mod
+
+    real = objects_mod.obs.get_async
+    cuts = [0]
+
+    class Cut:
+        def __init__(self, result: object) -> None:
+            self._result = result
+            self.range = result.range  # type: ignore[attr-defined]
+            self.meta = result.meta  # type: ignore[attr-defined]
+
+        async def bytes_async(self) -> bytes:
+            body = bytes(await self._result.bytes_async())  # type: ignore[attr-defined]
+            if cuts[0] == 0:
+                return body
+            cuts[0] -= 1
+            return body[: len(body) // 2]
+
+    async def get_async(store: object, key: str, **kwargs: object) -> Cut:
+        return Cut(await real(store, key, **kwargs))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(objects_mod.obs, "get_async", get_async)
+    a = (root / "a.bin").read_bytes()
+    policy = RetryPolicy(attempts=3, base_delay_s=0.001)
+    with ObjectStore(root, retry=policy) as store:
+        cuts[0] = 1
+        assert bytes(store.get("a.bin")) == a
+        assert store.stats.retries == 1
+        cuts[0] = 1
+        assert [bytes(v) for v in store.get_many(["a.bin"])] == [a]
+        cuts[0] = 10
+        with pytest.raises(
+            TransientStorageError, match=r"a\.bin: response body was cut short \(5000 of 10000"
+        ):
+            store.get("a.bin")
+
+
 def test_stat_and_aread_into(root: Path) -> None:
     import asyncio
 
