@@ -420,6 +420,15 @@ def _tensor_array(i: int, row: Any, dtype: DTypeLike | None) -> NDArray[Any]:
         ) from exc
 
 
+#: What NumPy raises for an item a dtype cannot take. NumPy 1.x converts a Python int of
+#: the other sign (-1 to uint64, 2**63 to int64) with a DeprecationWarning and wraps it, and
+#: takes a NumPy bool as an index with another, where 2.x raises OverflowError and
+#: TypeError: where warnings are errors (-W error, pytest's filterwarnings) the warning
+#: sends the item the checked way, and elsewhere the wrapped value is refused by the
+#: float64 comparison (``_lists_to_array``'s, ``_item_fits``' own).
+_MISFIT = (OverflowError, ValueError, TypeError, DeprecationWarning)
+
+
 def _inferred(flat: list[Any], offsets: NDArray[np.int64]) -> NDArray[Any]:
     """``flat`` as NumPy infers it, unless that rounds an integer.
 
@@ -438,7 +447,7 @@ def _inferred(flat: list[Any], offsets: NDArray[np.int64]) -> NDArray[Any]:
     if values.max() >= 2.0**63:
         try:
             return np.frombuffer(array("Q", flat), np.uint64)
-        except (TypeError, OverflowError):
+        except _MISFIT:
             pass  # a float, a negative item or one past 64 bits: float64 it is, if exact
     _check_int_items(flat, values, offsets, values.dtype, None, inferred=True)
     return values
@@ -466,7 +475,7 @@ def _lists_to_array(
         wide = np.dtype(np.uint64 if dtype.kind == "u" else np.int64)
         try:
             return np.frombuffer(array("Q" if dtype.kind == "u" else "q", flat), wide), offsets
-        except (TypeError, OverflowError):
+        except _MISFIT:
             pass  # floats, NumPy bools, strings or values past 64 bits: the checked way below
     elif dtype.kind == "f" and dtype.itemsize < 8:
         wide = np.dtype(np.float64)
@@ -497,7 +506,7 @@ def _convert(
     try:
         with np.errstate(over="raise", invalid="raise"):
             return np.asarray(flat, dtype=wide), offsets, flat
-    except (OverflowError, ValueError, TypeError, FloatingPointError) as exc:
+    except (*_MISFIT, FloatingPointError) as exc:
         # The slow path: find the item (among those truncation keeps).
         for i, r in enumerate(rows):
             for v in r if keep is None else r[:keep]:
@@ -517,7 +526,7 @@ def _item_fits(v: Any, wide: np.dtype[Any]) -> bool:
     try:
         with np.errstate(over="raise", invalid="raise"):
             x = np.asarray(v, dtype=wide)
-    except (OverflowError, ValueError, TypeError, FloatingPointError):
+    except (*_MISFIT, FloatingPointError):
         return False
     if not isinstance(v, (int, float, np.number)):
         return True  # e.g. the string "7": NumPy parses it
