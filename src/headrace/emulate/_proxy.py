@@ -355,7 +355,6 @@ class LatencyProxy(Closing):
         kept: _Kept,
     ) -> bool:
         up_writer: asyncio.StreamWriter | None = None
-        keep = False  # whether the upstream connection serves the client's next request
         try:
             async with asyncio.timeout(self.upstream_timeout_s):
                 head = None
