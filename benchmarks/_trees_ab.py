@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["tree_parser", "tree_runs"]
+__all__ = ["paired_report", "tree_parser", "tree_runs"]
 
 
 def tree_parser(doc: str | None) -> argparse.ArgumentParser:
@@ -40,3 +40,29 @@ def tree_runs(
             if res.returncode != 0:
                 raise SystemExit(f"tree {side} ({tree}) failed:\n{res.stderr[-3000:]}")
             yield side, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def paired_report(
+    script: str, args: argparse.Namespace, child_args: Sequence[str], names: Sequence[str]
+) -> None:
+    """The rounds of :func:`tree_runs` for children that print the figures ``names`` and a
+    ``sha256``: each side's medians and digests, the paired B/A median of each figure, and
+    exit 1 where the sides' digests differ."""
+    import statistics
+
+    got: dict[str, dict[str, list[float]]] = {s: {n: [] for n in names} for s in "AB"}
+    digests: dict[str, set[str]] = {"A": set(), "B": set()}
+    for side, result in tree_runs(script, args, child_args):
+        for name in names:
+            got[side][name].append(float(result[name]))  # type: ignore[arg-type]
+        digests[side].add(str(result["sha256"]))
+    for side in "AB":
+        medians = ", ".join(f"{n} {statistics.median(got[side][n]):.3f}" for n in names)
+        print(f"{side}: {medians}, sha256 {digests[side]}")
+    for name in names:
+        paired = [b / a for a, b in zip(got["A"][name], got["B"][name], strict=True)]
+        print(f"B/A paired {name}: median {statistics.median(paired):.3f}")
+    same = len(digests["A"] | digests["B"]) == 1
+    print(f"the same digest on both sides: {same}")
+    if not same:
+        raise SystemExit(1)

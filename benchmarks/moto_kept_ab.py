@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _trees_ab import tree_parser, tree_runs
+from _trees_ab import paired_report, tree_parser
 
 ROWS, GROUP = 20_000, 2_000
 
@@ -79,25 +79,8 @@ def main() -> None:
         return
     root = Path(args.root or tempfile.mkdtemp(prefix="moto-kept-ab-"))
     root.mkdir(parents=True, exist_ok=True)
-    got: dict[str, dict[str, list[float]]] = {s: {"open_ms": [], "read_ms": []} for s in "AB"}
-    digests: dict[str, set[str]] = {"A": set(), "B": set()}
-    for side, result in tree_runs(__file__, args, [str(root), "--reads", str(args.reads)]):
-        for name in ("open_ms", "read_ms"):
-            got[side][name].append(float(result[name]))  # type: ignore[arg-type]
-        digests[side].add(str(result["sha256"]))
     print(f"{args.rounds} rounds of {args.reads} opens and reads")
-    for side in "AB":
-        print(
-            f"{side}: open {statistics.median(got[side]['open_ms']):.1f} ms, "
-            f"read {statistics.median(got[side]['read_ms']):.1f} ms, sha256 {digests[side]}"
-        )
-    for name in ("open_ms", "read_ms"):
-        paired = [b / a for a, b in zip(got["A"][name], got["B"][name], strict=True)]
-        print(f"B/A paired {name[:-3]}: median {statistics.median(paired):.3f}")
-    same = len(digests["A"] | digests["B"]) == 1
-    print(f"same rows on both sides: {same}")
-    if not same:
-        raise SystemExit(1)
+    paired_report(__file__, args, [str(root), "--reads", str(args.reads)], ["open_ms", "read_ms"])
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from _trees_ab import tree_parser, tree_runs
+from _trees_ab import paired_report, tree_parser
 
 SMALL, BIG = 64, 16
 
@@ -85,27 +85,9 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.passes)))
         return
-    names = ("pass_ms", "moto_ms_per_get")
-    got: dict[str, dict[str, list[float]]] = {s: {n: [] for n in names} for s in "AB"}
-    digests: dict[str, set[str]] = {"A": set(), "B": set()}
-    for side, result in tree_runs(__file__, args, ["-", "--passes", str(args.passes)]):
-        for name in names:
-            got[side][name].append(float(result[name]))  # type: ignore[arg-type]
-        digests[side].add(str(result["sha256"]))
     print(f"{args.rounds} rounds of {args.passes} passes of {SMALL + BIG} GETs")
-    for side in "AB":
-        print(
-            f"{side}: pass {statistics.median(got[side]['pass_ms']):.1f} ms, moto "
-            f"{statistics.median(got[side]['moto_ms_per_get']):.3f} ms CPU a GET, "
-            f"sha256 {digests[side]}"
-        )
-    for name in names:
-        paired = [b / a for a, b in zip(got["A"][name], got["B"][name], strict=True)]
-        print(f"B/A paired {name}: median {statistics.median(paired):.3f}")
-    same = len(digests["A"] | digests["B"]) == 1
-    print(f"same bytes on both sides: {same}")
-    if not same:
-        raise SystemExit(1)
+    names = ["pass_ms", "moto_ms_per_get"]
+    paired_report(__file__, args, ["-", "--passes", str(args.passes)], names)
 
 
 if __name__ == "__main__":
