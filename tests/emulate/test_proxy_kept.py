@@ -13,7 +13,7 @@ import http.client
 import itertools
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -77,15 +77,15 @@ class _KeptUpstream:
 
 
 @pytest.fixture
-def proxy_to() -> Iterator[type[_KeptUpstream]]:
+def proxy_to() -> Iterator[Callable[..., _KeptUpstream]]:
+    """``proxy_to(per_connection=None, reset=False)``: an upstream, closed after the test."""
     made: list[_KeptUpstream] = []
 
-    class Made(_KeptUpstream):
-        def __init__(self, *args: object, **kw: object) -> None:
-            super().__init__(*args, **kw)  # type: ignore[arg-type]
-            made.append(self)
+    def make(per_connection: int | None = None, *, reset: bool = False) -> _KeptUpstream:
+        made.append(_KeptUpstream(per_connection, reset=reset))
+        return made[-1]
 
-    yield Made
+    yield make
     for upstream in made:
         upstream.close()
 
@@ -98,7 +98,7 @@ def _ask(conn: http.client.HTTPConnection, method: str, body: bytes | None = Non
 
 
 def test_a_client_connections_requests_reach_the_store_on_one_connection(
-    proxy_to: type[_KeptUpstream],
+    proxy_to: Callable[..., _KeptUpstream],
 ) -> None:
     upstream = proxy_to()
     with LatencyProxy(upstream.url) as proxy:
@@ -115,7 +115,7 @@ def test_a_client_connections_requests_reach_the_store_on_one_connection(
 
 
 def test_a_request_with_a_body_gives_up_its_upstream_connection(
-    proxy_to: type[_KeptUpstream],
+    proxy_to: Callable[..., _KeptUpstream],
 ) -> None:
     # Nothing of a request body may be left unsent on a connection the next request takes.
     upstream = proxy_to()
@@ -130,7 +130,7 @@ def test_a_request_with_a_body_gives_up_its_upstream_connection(
 
 @pytest.mark.parametrize("reset", [False, True], ids=["closed", "reset"])
 def test_a_kept_connection_the_store_closed_is_replaced_without_an_error(
-    proxy_to: type[_KeptUpstream], reset: bool
+    proxy_to: Callable[..., _KeptUpstream], reset: bool
 ) -> None:
     # The store ends each connection after one answer, unannounced: the proxy finds its
     # kept one closed (EOF) or reset when it sends the next request, and sends it again
