@@ -426,3 +426,35 @@ def check_source(
         finally:
             src.close()
     return checked
+
+
+#: the size of the fixed-size list column of :func:`fixed_list_file`, spelled nowhere else
+#: in its files (4 bytes that :func:`fixed_list_file` finds and forges)
+FIXED = 12_345
+
+
+def fixed_list_file(kind: str, path: Path, size: int) -> Path:
+    """Two rows of a ``fixed_size_list<float>[FIXED]`` column ``emb`` and an int column,
+    written as ``kind`` (one of KINDS), whose schema then says ``size`` items instead:
+    in the Arrow IPC schema message(s), or in the one Parquet keeps base64-encoded under
+    its ``ARROW:schema`` key, re-encoded to the same length. Nothing checksums either."""
+    import base64
+    import re
+    import struct
+
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(2 * FIXED, dtype=np.float32)), FIXED)
+    path = write(kind, path, pa.table({"emb": emb, "label": pa.array([0, 1])}), chunks=(2,))
+    data, was, now = path.read_bytes(), struct.pack("<i", FIXED), struct.pack("<i", size)
+    if kind == "parquet":
+        key = data.index(b"ARROW:schema")
+        found = re.compile(rb"[A-Za-z0-9+/]{40,}=*").search(data, key)
+        assert found is not None
+        schema = base64.b64decode(found.group())
+        assert schema.count(was) == 1
+        forged = base64.b64encode(schema.replace(was, now))
+        data = data[: found.start()] + forged + data[found.end() :]
+    else:
+        assert data.count(was) == (1 if kind == "stream" else 2)  # a file repeats it at its end
+        data = data.replace(was, now)
+    path.write_bytes(data)
+    return path

@@ -23,6 +23,7 @@ from _table_battery import (
     check_source,
     empty_items_table,
     expected,
+    fixed_list_file,
     full_table,
     read_names,
     read_reference,
@@ -406,3 +407,20 @@ def test_loader_batches_on_every_host_hold_the_rows_they_name(
                         assert_same(np.asarray(batch[key]), want, f"rank {rank} {key}")
                 seen.extend(rows.tolist())
     assert len(seen) == 7 * 33 == len(set(seen))  # within one epoch: each row once
+
+
+@pytest.mark.parametrize("size", [-7, -1])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fixed_size_list_of_a_negative_size_is_a_corrupt_schema(
+    kind: str, size: int, tmp_path: Path
+) -> None:
+    # A damaged schema that pyarrow opens as it is written: -7 failed with pyarrow's own
+    # ValueError ("list_size should be a positive integer") where the shards' types were
+    # compared, and -1, a plain list there, was refused only when a batch was read.
+    path = fixed_list_file(kind, tmp_path / "t", size)
+    with pytest.raises(
+        FormatError,
+        match=rf"t\.(parquet|arrow): corrupt schema: field 'emb' is a fixed-size list of "
+        rf"{size} items; the file is damaged",
+    ):
+        TableSource(path)

@@ -24,6 +24,7 @@ from _table_battery import (
     check_source,
     empty_items_table,
     expected,
+    fixed_list_file,
     full_table,
     read_names,
     read_reference,
@@ -339,3 +340,16 @@ def test_loader_batches_on_s3_with_read_ahead_hold_the_rows_they_name(
                         assert_same(np.asarray(batch[key]), want, f"rank {rank} {key}")
                 seen.extend(rows.tolist())
     assert len(seen) == 8 * 32 == len(set(seen))  # within one epoch: each row once
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fixed_size_list_of_a_negative_size_on_s3_is_a_corrupt_schema(
+    s3: S3Fixture, put: Put, kind: str, tmp_path: Path
+) -> None:
+    # The remote readers take the schema from their own ranged reads of the footer or the
+    # IPC messages, and check it as the local ones do (ValueError until 2026-12-06).
+    url = put(fixed_list_file(kind, tmp_path / "t", -7), f"fixed-{kind}")
+    with pytest.raises(
+        FormatError, match=rf"{url}: corrupt schema: field 'emb' is a fixed-size list of -7"
+    ):
+        TableSource(url, store_options=options(s3))

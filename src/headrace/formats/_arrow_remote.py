@@ -68,7 +68,7 @@ from headrace.formats._arrow_format import (
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 from headrace.formats._table_ahead import HeldBytes
 from headrace.formats._table_remote import GAP, Fetch, RemotePart, fetched_spans, opener
-from headrace.formats._table_schema import check_names, extension_types
+from headrace.formats._table_schema import check_schema, extension_types
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._ranges import merge_ranges
 from headrace.io._waits import result
@@ -503,7 +503,7 @@ class RemoteArrow(RemotePart):
         self.rows = index.rows
         self._pa = pa
         self.schema = pa.ipc.read_schema(pa.py_buffer(index.schema_message))
-        check_names(pa, self.schema, url)
+        check_schema(pa, self.schema, url)
         #: What record batches are decoded by: dictionary columns as their indices, so
         #: that no dictionary batch is needed for the columns left out; a dictionary
         #: column read is its indices and its dictionary (:meth:`decoded`).

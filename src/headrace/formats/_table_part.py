@@ -42,7 +42,7 @@ from headrace.formats._table_layout import (
     RECOPY,
 )
 from headrace.formats._table_remote import stored_bytes
-from headrace.formats._table_schema import check_names, extension_types
+from headrace.formats._table_schema import check_schema, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import _in_flight as in_flight
 from headrace.io import deep_io_pool, open_error
@@ -228,7 +228,7 @@ class _Part:
             raise FormatError(
                 f"{path}: truncated or corrupt {kind} file ({exc}): {RECOPY}"
             ) from exc
-        check_names(pa, self.schema, path)
+        check_schema(pa, self.schema, path)
 
     def _reopen(self) -> None:
         """Open the file again after :meth:`close`: a new loader over the same source

@@ -56,7 +56,7 @@ from headrace.formats._table_layout import (
     state_files,
     state_fingerprint,
 )
-from headrace.formats._table_schema import check_names, extension_types
+from headrace.formats._table_schema import check_schema, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -327,7 +327,7 @@ class RemoteParquet(RemotePart):
             raise FormatError(
                 f"{url}: truncated or corrupt Parquet footer ({exc}): {RECOPY}"
             ) from exc
-        check_names(pa, self.schema, url)
+        check_schema(pa, self.schema, url)
         self.rows = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
         #: row groups read in sub-windows, streamed from their fetched bytes
         self.streams = Streams()

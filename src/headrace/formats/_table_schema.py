@@ -21,7 +21,7 @@ __all__ = [
     "VIEWS",
     "TableColumn",
     "array_feature",
-    "check_names",
+    "check_schema",
     "check_shapes",
     "classify_column",
     "columns_read",
@@ -80,17 +80,25 @@ def check_shapes(shapes: object) -> dict[str, tuple[int | None, ...]]:
     return out
 
 
-def check_names(pa: Any, schema: Any, path: str) -> None:
-    """Refuse a schema whose column or field names are not UTF-8, naming the file.
+def check_schema(pa: Any, schema: Any, path: str) -> None:
+    """Refuse a schema whose column or field names are not UTF-8, or with a fixed-size
+    list of fewer than 0 items, naming the file.
 
     pyarrow decodes names only when Python asks for them, so a damaged footer or
     schema message opens and fails later, anywhere a name is read, with a
-    ``UnicodeDecodeError``; every name is read here, once, when the file opens.
+    ``UnicodeDecodeError``; every name is read here, once, when the file opens. It
+    takes a fixed-size list's size as written, too: a damaged one of -536,870,910
+    items failed with pyarrow's ``ValueError`` where the types were compared.
     """
 
     def walk(field: Any) -> None:
         field.name  # noqa: B018 (decodes it)
         t = field.type
+        if pa.types.is_fixed_size_list(t) and t.list_size < 0:
+            raise FormatError(
+                f"{path}: corrupt schema: field {field.name!r} is a fixed-size list of "
+                f"{t.list_size} items; the file is damaged: copy or write it again"
+            )
         if pa.types.is_struct(t):
             for i in range(t.num_fields):
                 walk(t.field(i))
