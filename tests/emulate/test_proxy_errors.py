@@ -285,6 +285,20 @@ def test_an_upstream_stalled_mid_body_is_a_504_not_a_bare_close() -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
+def test_an_upstream_silent_before_its_head_is_a_504_naming_the_wait() -> None:
+    release = threading.Event()
+    upstream = _Upstream(lambda conn: release.wait(10))  # reads the request, never answers
+    try:
+        with LatencyProxy(upstream.url, upstream_timeout_s=0.2) as proxy:
+            status, body = _get(proxy.port)
+    finally:
+        release.set()
+        upstream.close()
+    assert status == 504
+    assert body.decode() == f"upstream {upstream.url} sent no response within 0.2 s"
+
+
+@pytest.mark.usefixtures("no_leaks")
 def test_closing_the_proxy_mid_request_closes_both_sides() -> None:
     release = threading.Event()
     upstream = _Upstream(lambda conn: release.wait(10))  # accepts, reads, never answers

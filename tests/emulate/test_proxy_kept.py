@@ -14,6 +14,7 @@ import itertools
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -24,10 +25,18 @@ class _KeptUpstream:
     """Answers each request on a connection with ``conn=C req=R`` (1-based), framed by
     Content-Length and kept open, until ``per_connection`` requests; then closes the
     connection unannounced (no ``Connection: close``; ``reset``: with an RST), as a
-    store's idle timeout does."""
+    store's idle timeout does. ``silent=(C, R)``: request R of connection C is read and
+    never answered; ``hung_up`` is set when the proxy then closes that connection."""
 
-    def __init__(self, per_connection: int | None = None, *, reset: bool = False) -> None:
-        self.per_connection, self.reset = per_connection, reset
+    def __init__(
+        self,
+        per_connection: int | None = None,
+        *,
+        reset: bool = False,
+        silent: tuple[int, int] | None = None,
+    ) -> None:
+        self.per_connection, self.reset, self.silent = per_connection, reset, silent
+        self.hung_up = threading.Event()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.bodies: list[int] = []  # the length of each request's body, in order
@@ -60,6 +69,10 @@ class _KeptUpstream:
                     if name.strip().lower() == b"content-length":
                         length = int(value)
                 self.bodies.append(len(f.read(length)))
+                if (number, req) == self.silent:
+                    if not f.readline():  # EOF: the proxy gave the connection up
+                        self.hung_up.set()
+                    return
                 body = f"conn={number} req={req}".encode()
                 head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 conn.sendall(head + (b"" if method == b"HEAD" else body))
@@ -78,11 +91,12 @@ class _KeptUpstream:
 
 @pytest.fixture
 def proxy_to() -> Iterator[Callable[..., _KeptUpstream]]:
-    """``proxy_to(per_connection=None, reset=False)``: an upstream, closed after the test."""
+    """``proxy_to(per_connection=None, reset=False, silent=None)``: an upstream, closed
+    after the test."""
     made: list[_KeptUpstream] = []
 
-    def make(per_connection: int | None = None, *, reset: bool = False) -> _KeptUpstream:
-        made.append(_KeptUpstream(per_connection, reset=reset))
+    def make(per_connection: int | None = None, **kw: Any) -> _KeptUpstream:
+        made.append(_KeptUpstream(per_connection, **kw))
         return made[-1]
 
     yield make
@@ -143,3 +157,28 @@ def test_a_kept_connection_the_store_closed_is_replaced_without_an_error(
     assert got == [f"conn={i} req=1" for i in range(1, 5)]
     assert upstream.bodies == [0] * 4  # each request answered once
     assert (proxy.stats.connections, proxy.stats.upstream_connections) == (1, 4)
+
+
+def test_a_kept_connection_gone_silent_is_a_504_and_given_up(
+    proxy_to: Callable[..., _KeptUpstream],
+) -> None:
+    # The store reads the second request on the kept connection and never answers: the
+    # client gets a 504 naming the wait, the proxy closes that upstream connection (a
+    # silent store must not hold a socket for the proxy's life), and the next client's
+    # request goes on a new one.
+    upstream = proxy_to(silent=(1, 2))
+    with LatencyProxy(upstream.url, upstream_timeout_s=0.2) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        first = _ask(conn, "GET")
+        conn.request("GET", "/bucket/key")
+        resp = conn.getresponse()
+        timed_out = (resp.status, resp.read().decode())
+        conn.close()
+        assert upstream.hung_up.wait(5)
+        again = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        after = _ask(again, "GET")
+        again.close()
+    assert first == "conn=1 req=1"
+    assert timed_out == (504, f"upstream {upstream.url} sent no response within 0.2 s")
+    assert after == "conn=2 req=1"
+    assert proxy.stats.upstream_connections == 2
