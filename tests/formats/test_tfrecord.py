@@ -138,6 +138,32 @@ def test_unpacked_lists_and_unknown_fields_parse() -> None:
     assert list(other.features.feature["a"].int64_list.value) == [5, 150]
 
 
+def test_a_message_given_in_parts_is_merged_as_protobuf_merges_it() -> None:
+    # Protobuf merges an embedded message given twice: a list in two parts is one list
+    # (until 2026-12-06 the last part alone came), another list of the oneof replaces
+    # the one before, a map entry's value in two parts is one Feature, and an entry's
+    # key given twice keeps the last entry. Hand-made, as TensorFlow never writes them.
+    ints = _field(3, _field(1, b"\x01\x02")) + _field(3, _field(1, b"\x03"))
+    floats_then_ints = _field(2, _field(1, struct.pack("<f", 1.5))) + _field(3, _field(1, b"\x07"))
+    entries = (
+        _field(1, _field(1, b"a") + _field(2, ints))
+        + _field(1, _field(1, b"b") + _field(2, floats_then_ints))
+        + _field(1, _field(1, b"c") + _field(2, _field(1, _field(1, b"ab"))) + _field(2, b""))
+        + _field(1, _field(1, b"d") + _field(2, _field(3, _field(1, b"\x09"))))
+        + _field(1, _field(1, b"d") + _field(2, _field(3, _field(1, b"\x05"))))
+    )
+    data = _field(1, entries)
+    got = {k: v.tolist() for k, v in parse_example(data).items()}
+    assert got == {"a": [1, 2, 3], "b": [7], "c": list(b"ab"), "d": [5]}
+    other = _example_class()()
+    other.ParseFromString(data)
+    f = other.features.feature
+    assert list(f["a"].int64_list.value) == [1, 2, 3]
+    assert list(f["b"].int64_list.value) == [7]
+    assert list(f["c"].bytes_list.value) == [b"ab"]
+    assert list(f["d"].int64_list.value) == [5]
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_a_varint_past_2_64_reads_as_protobuf_reads_it(packed: bool) -> None:
     # 10 bytes whose last is 0x7f: bits past 2**64, which protobuf drops (-1 here). An

@@ -429,3 +429,15 @@ def test_iterating_a_finished_pass_again_is_the_whole_pass(rows: tuple[Path, Pat
         # chunks() (what worker processes read) starts a finished pass over too.
         assert sum(len(arrays["sample"]) for _, arrays in lo.chunks()) == 40
         assert len(lo) == 5
+        state = lo.state_dict()  # saved once the pass is over (step 5 of 5)
+    # Loaded on other hosts, it stands as the loader did: the next iteration is the pass.
+    with Loader(src, batch_size=8, epochs=1) as lo:
+        whole = np.concatenate([b["sample"][b["valid"]] for b in lo])
+    assert np.array_equal(whole, np.arange(37))
+    for world in (1, 2):
+        got = []
+        for rank in range(world):
+            with Loader(src, batch_size=8, epochs=1, rank=rank, world_size=world) as lo:
+                lo.load_state_dict(state)
+                got += [b["sample"][b["valid"]] for b in lo]
+        assert np.array_equal(np.sort(np.concatenate(got)), whole)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import DataError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item
@@ -125,6 +125,12 @@ class FileDecoder:
             data.check()
         if isinstance(data, SparseImage):  # it grew: the chunks above, or h5py's own reads
             self.window.recount(f)
+        if "index" in sample:  # not corrupt (never replaced): to be left out
+            raise ConfigError(
+                f"{name}: holds an array named 'index', which would hide the batch's "
+                "'index' (each sample's number in dataset order); leave it out with "
+                "datasets=(...)"
+            )
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:

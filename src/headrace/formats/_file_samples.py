@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 
 from headrace._messages import count_fix
 from headrace._stacking import stackable
-from headrace.errors import DataError
+from headrace.errors import ConfigError, DataError
 from headrace.formats._array_record import decode_array_record
 from headrace.formats._files import FileFormat, decode_raw
 from headrace.formats._hdf5 import decode_hdf5
@@ -194,8 +194,9 @@ def stack_samples(
     if not samples:
         return batch
     keys = list(samples[0])
-    # FileSource._decode refuses a file whose keys differ from the first's (naming both).
-    assert all(list(s) == keys for s in samples[1:]), "samples with different keys"
+    # FileSource's decoder refuses a file whose keys differ from the first's (naming
+    # both); their order may differ (np.savez's of a dict, a protobuf map's).
+    assert all(s.keys() == samples[0].keys() for s in samples[1:]), "different keys"
     for k in keys:
         parts = [s[k] for s in samples]
         into = slots.get(k) if slots else None
@@ -212,6 +213,12 @@ def stack_samples(
         for i, p in enumerate(parts):
             ragged[i] = p
         batch[k] = ragged
+        if (shape_key := f"{k}_shape") in samples[0]:  # not corrupt: to be left out
+            raise ConfigError(
+                f"the samples' {k!r} differ in shape, so a batch gives their shapes as "
+                f"{shape_key!r}, which the files hold themselves; leave one of them out "
+                "(datasets=(...); MDSSource: columns=[...])"
+            )
         ndim = max(p.ndim for p in parts)
         shapes = np.zeros((len(parts), ndim), dtype=np.int64)
         for i, p in enumerate(parts):
@@ -226,7 +233,8 @@ def sample_digests(batch: Mapping[str, NDArray[Any]]) -> list[str]:
     Sorted, they give an order-independent digest of a stream: what lets a
     reader that visits samples in another order (iterable-style) be compared.
     """
-    keys = sorted(k for k in batch if not k.endswith("_shape"))
+    shapes = {f"{k}_shape" for k, v in batch.items() if v.dtype == object}
+    keys = sorted(k for k in batch if k not in shapes)
     n = len(batch[keys[0]]) if keys else 0
     out = []
     for i in range(n):

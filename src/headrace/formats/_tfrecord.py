@@ -31,8 +31,10 @@ as TensorFlow's ``example.proto`` and ``feature.proto``)::
     FloatList { repeated float value = 1 [packed]; }  // packed or not: both parse
     Int64List { repeated int64 value = 1 [packed]; }
 
-Unknown fields are skipped by their wire type, as protobuf does; a later value of
-a field replaces an earlier one (a map key given twice: the last).
+Unknown fields are skipped by their wire type, as protobuf does; a message given
+in parts is merged, as protobuf merges it (a list given twice: its values in order;
+another list of a feature's oneof replaces the one before; a map key given twice:
+the last entry).
 """
 
 from __future__ import annotations
@@ -252,20 +254,27 @@ def _packed_varints(buf: bytes, a: int, b: int) -> NDArray[np.int64]:
     return np.bitwise_or.reduceat(parts, starts).view(np.int64)
 
 
-def _feature(buf: bytes, a: int, b: int, key: str) -> NDArray[Any]:
-    kind: tuple[int, tuple[int, int]] | None = None
-    for number, wire, value in _fields(buf, a, b):
-        if number in (1, 2, 3):
-            _want(number, wire, 2, "a feature's list")
-            kind = (number, value)
-    if kind is None:  # an Example may say so; no array says "no list"
+def _feature(buf: bytes, spans: list[tuple[int, int]], key: str) -> NDArray[Any]:
+    """The array of the ``Feature`` at ``spans``: one message given in parts, merged as
+    protobuf merges them (a list given twice: its values one after the other; another
+    list of the oneof: it replaces those before)."""
+    number = 0
+    lists: list[tuple[int, int]] = []
+    for a, b in spans:
+        for n, wire, value in _fields(buf, a, b):
+            if n in (1, 2, 3):
+                _want(n, wire, 2, "a feature's list")
+                if n != number:
+                    number, lists = n, []
+                lists.append(value)
+    if not number:  # an Example may say so; no array says "no list"
         raise DataError(
             f"feature {key!r} is empty: it holds no bytes_list, float_list or int64_list"
         )
-    number, (la, lb) = kind
+    items = [field for la, lb in lists for field in _fields(buf, la, lb)]
     if number == 1:
         values = []
-        for n, wire, v in _fields(buf, la, lb):
+        for n, wire, v in items:
             if n == 1:
                 _want(n, wire, 2, "a bytes value")
                 values.append(v)
@@ -279,7 +288,7 @@ def _feature(buf: bytes, a: int, b: int, key: str) -> NDArray[Any]:
         return np.frombuffer(buf, np.uint8, count=vb - va, offset=va)
     floats: list[NDArray[np.float32]] = []
     ints: list[NDArray[np.int64]] = []
-    for n, wire, v in _fields(buf, la, lb):
+    for n, wire, v in items:
         if n != 1:
             continue
         if number == 2:
@@ -306,7 +315,7 @@ def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, N
     ``tf.train.Example``; :class:`FormatError` where it does not parse, a
     :class:`DataError` naming a feature missing or of several bytes values."""
     try:
-        spans: dict[str, tuple[int, int]] = {}
+        spans: dict[str, list[tuple[int, int]]] = {}
         n = len(data)
         for number, wire, value in _fields(data, 0, n):
             if number != 1:
@@ -317,7 +326,7 @@ def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, N
                     continue
                 _want(fn, fw, 2, "a Features map entry")
                 key: str | None = None
-                feat: tuple[int, int] = (0, 0)
+                feat: list[tuple[int, int]] = []  # the value's parts (merged)
                 for en, ew, ev in _fields(data, *fv):
                     if en == 1:
                         _want(en, ew, 2, "a map entry's key")
@@ -327,13 +336,13 @@ def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, N
                             raise _Bad("a feature's name is not UTF-8") from None
                     elif en == 2:
                         _want(en, ew, 2, "a map entry's value")
-                        feat = ev
+                        feat.append(ev)
                 spans[key or ""] = feat
         wanted = list(spans) if keys is None else list(keys)
         missing = [k for k in wanted if k not in spans]
         if missing:
             raise DataError(f"no feature(s) {missing}; the record holds {sorted(spans)}")
-        return {k: _feature(data, *spans[k], k) for k in wanted}
+        return {k: _feature(data, spans[k], k) for k in wanted}
     except _Bad as exc:
         raise FormatError(f"is not a tf.train.Example: {exc}") from None
 
