@@ -134,6 +134,45 @@ def full_table(seed: int = 0) -> pa.Table:
     return pa.table(cols)
 
 
+def encoded_table(seed: int = 0, null_item_at: int | None = None) -> pa.Table:
+    """Columns of lists, fixed-size lists and fixed-size binary stored dictionary-encoded,
+    as Arrow IPC holds them (Parquet does not: pyarrow decodes or refuses them), with an
+    id column; ``null_item_at``: that row's list entry (and only it) holds a null item."""
+    rng = np.random.default_rng(seed)
+    entries = 9
+    codes = rng.integers(0, entries, N).astype(np.int32)
+    lists: list[list[int | None]] = [
+        rng.integers(0, 50_000, e % 5).tolist() for e in range(entries)
+    ]
+    if null_item_at is not None:  # its entry alone, named by no other row
+        bad = int(codes[null_item_at])
+        lists[bad] = [None, 7]
+        codes[codes == bad] = (bad + 1) % entries
+        codes[null_item_at] = bad
+
+    def coded(values: pa.Array) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(pa.array(codes), values)
+
+    return pa.table(
+        {
+            "i": pa.array(np.arange(N, dtype=np.int64)),
+            "ids_cat": coded(pa.array(lists, pa.list_(pa.int32()))),
+            "vec_cat": coded(
+                pa.array(
+                    list(rng.standard_normal((entries, 4)).astype(np.float32)),
+                    pa.list_(pa.float32(), 4),
+                )
+            ),
+            "digest_cat": coded(
+                pa.array(
+                    [bytes(r) for r in rng.integers(0, 256, (entries, 16), np.uint8)],
+                    pa.binary(16),
+                )
+            ),
+        }
+    )
+
+
 def empty_items_table() -> pa.Table:
     """Strings, binaries and lists whose every row in whole chunks of CHUNKS is empty:
     record batches, row groups and sub-windows with no values at all."""
@@ -193,8 +232,9 @@ def boundary_rows(n: int, chunks: Sequence[int] = CHUNKS) -> list[int]:
 def with_nulls(table: pa.Table, column: str, rows: Sequence[int]) -> pa.Table:
     """``table`` with top-level ``column`` null at ``rows`` (a dictionary column decoded)."""
     col = table.column(column).combine_chunks()
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
+    if pa.types.is_dictionary(col.type):  # (cast() takes no dictionary of lists)
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        col = pa.chunked_array([c.dictionary_decode() for c in chunks], col.type.value_type)
     if pa.types.is_time(col.type):  # pyarrow gives datetime.time objects: time since midnight
         unit = col.type.unit
         col = col.cast(pa.int32() if pa.types.is_time32(col.type) else pa.int64())
@@ -288,8 +328,9 @@ def _column(ref: pa.Table, name: str) -> pa.ChunkedArray:
     col = ref.column(top)
     if field:
         col = pc.struct_field(col, field)
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
+    if pa.types.is_dictionary(col.type):  # (cast() takes no dictionary of lists)
+        chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+        col = pa.chunked_array([c.dictionary_decode() for c in chunks], col.type.value_type)
     if pa.types.is_time(col.type):  # pyarrow gives datetime.time objects: time since midnight
         unit = col.type.unit
         col = col.cast(pa.int32() if pa.types.is_time32(col.type) else pa.int64())

@@ -18,10 +18,12 @@ from _table_battery import (
     KINDS,
     REFUSED,
     WIDTH,
+    N,
     assert_same,
     boundary_rows,
     check_source,
     empty_items_table,
+    encoded_table,
     expected,
     fixed_list_file,
     full_table,
@@ -149,6 +151,57 @@ def test_fixed_size_binary_reads_as_bytes_and_is_no_token_column(kind: str, tmp_
     src.close()
     with pytest.raises(ConfigError, match=r"vocab_size names column\(s\) \['digest'\]"):
         TableSource(str(path), width=24, vocab_size={"digest": 256})
+
+
+@pytest.mark.parametrize("kind", ["arrow", "stream"])
+def test_dictionary_encoded_lists_and_fixed_bytes_read_as_their_values(
+    kind: str, tmp_path: Path
+) -> None:
+    # Arrow IPC holds lists, fixed-size lists and fixed-size binary dictionary-encoded
+    # (Parquet does not). Until 2026-12-06 making the source raised AttributeError
+    # (the null item check took the dictionary for its lists), and fixed-size binary
+    # was taken for a fixed-size list; images= took a dictionary of strings for bytes.
+    t = encoded_table()
+    path = write(kind, tmp_path / "e", t)
+    ref = read_reference(path)
+    assert check_source(path, ref, t.column_names) > len(t)
+    src = TableSource(str(path), width=WIDTH, shuffle="none", vocab_size=50_000)
+    assert list(src.vocab) == ["ids_cat"]  # a digest's bytes are no token ids
+    src.close()
+    words = write(kind, tmp_path / "w", pa.table({"cat": TABLE.column("cat")}))
+    with pytest.raises(ConfigError, match=r"images names column 'cat' of type dictionary"):
+        TableSource(str(words), images=["cat"])
+
+
+@pytest.mark.parametrize("kind", ["arrow", "stream"])
+def test_a_dictionary_entry_of_null_items_is_refused_by_the_rows_naming_it(
+    kind: str, tmp_path: Path
+) -> None:
+    # The rows that name it, as a plain list column's (an entry no row names is harmless).
+    path = write(kind, tmp_path / "n", encoded_table(null_item_at=77))
+    with pytest.raises(
+        FormatError, match=r"column 'ids_cat': 1 row\(s\) hold null list items: rows 77;"
+    ):
+        TableSource(str(path), columns=["ids_cat"], width=WIDTH)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_field_of_a_struct_whose_name_begins_as_another_column_is_read(
+    kind: str, tmp_path: Path
+) -> None:
+    # Columns 'a' (int64) and 'a.b' (a struct): 'a.b.c' was taken for a field of 'a'
+    # and refused ("'a' is int64, not a struct") until 2026-12-06.
+    t = pa.table(
+        {"a": pa.array(range(N)), "a.b": pa.array([{"c": 100 + i, "d": -i} for i in range(N)])}
+    )
+    path = write(kind, tmp_path / "p", t)
+    src = TableSource(str(path), columns=["a", "a.b.c"], shuffle="none")
+    got = src.read(0, np.arange(N, dtype=np.int64))
+    assert got["a"].tolist() == list(range(N))
+    assert got["a.b.c"].tolist() == [100 + i for i in range(N)]
+    src.close()
+    with pytest.raises(ConfigError, match=r"struct 'a\.b' has no field 'e'; its fields: "):
+        TableSource(str(path), columns=["a.b.e"])
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -615,7 +615,9 @@ class RemoteArrow(RemotePart):
         except HeadraceError as exc:  # the store's, naming the object and range
             exc.add_note(f"{self.path}: record batch {group}: fetching its dictionary batches")
             raise
-        empty = pa.RecordBatch.from_pylist([], schema=self.schema).serialize()
+        # (from_pylist has no converter for a dictionary of lists)
+        nothing = [pa.nulls(0, f.type) for f in self.schema]
+        empty = pa.RecordBatch.from_arrays(nothing, schema=self.schema).serialize()
         stream = b"".join([self.index.schema_message, *(b.tobytes() for b in bufs), empty, _END])
         try:
             batch = pa.ipc.open_stream(pa.py_buffer(stream)).read_next_batch()

@@ -158,7 +158,7 @@ def image_columns(
                 f"{where}: images names column(s) {gone} that are not read; reading {list(read)}"
             )
         text = ("string", "large_string")
-        wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].arrow_type in text]
+        wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].value_type in text]
         if wrong:
             c = wrong[0]
             raise ConfigError(

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_numpy import numbers, valid_rows
+from headrace.formats._arrow_numpy import numbers, valid_rows, zero_filled
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._table_part import _Part
@@ -268,7 +268,8 @@ def refuse_stored_nulls(
                 if (int(pi), n) not in nodes:
                     nodes[int(pi), n] = part.field_nodes(columns[n].read, columns[n].field)
                 counts[n] = part.index.nodes[int(si)][nodes[int(pi), n], 1]
-                if items is not None and columns[n].listed:
+                # (A dictionary's items are in its own batches: its rows checked as read.)
+                if items is not None and columns[n].listed and not columns[n].decoded:
                     itemed |= bool(part.index.nodes[int(si)][nodes[int(pi), n][-1] + 1, 1])
             todo = [n for n in names if counts[n].any()]
             if not todo and not itemed:
@@ -312,6 +313,14 @@ def null_item_rows(col: Any, width: int | None) -> NDArray[np.int64]:
     list's (its null rows hold ``width`` items too). A list of lists (a datasets
     ArrayND) is left to its reads, which check every level."""
     col = getattr(col, "storage", col)  # an extension type's (ArrayND): its lists
+    if hasattr(col, "dictionary"):  # dictionary-encoded lists: the rows of entries that do
+        entries = null_item_rows(col.dictionary, width)
+        if not entries.size:
+            return entries
+        naming = np.isin(zero_filled(col.indices), entries)
+        if col.null_count:
+            naming &= valid_rows(col)
+        return np.flatnonzero(naming).astype(np.int64)
     values = col.values
     if not values.null_count or hasattr(values, "values"):
         return np.empty(0, np.int64)

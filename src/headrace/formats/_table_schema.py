@@ -177,6 +177,13 @@ class TableColumn:
     source: str = ""
     #: the struct fields from ``source`` down to the values (``()``: ``source`` itself)
     field: tuple[str, ...] = ()
+    #: the values' Arrow type where the column stores them encoded (a dictionary's)
+    decoded: str = ""
+
+    @property
+    def value_type(self) -> str:
+        """The Arrow type of the values read: ``arrow_type``, or a dictionary's values'."""
+        return self.decoded or self.arrow_type
 
     @property
     def read(self) -> str:
@@ -186,7 +193,7 @@ class TableColumn:
     @property
     def fixed_bytes(self) -> bool:
         """A ``fixed_size_binary[k]`` column: ``(B, k)`` bytes of each row, no list items."""
-        return self.arrow_type.startswith("fixed_size_binary")
+        return self.value_type.startswith("fixed_size_binary")
 
     @property
     def listed(self) -> bool:
@@ -383,7 +390,8 @@ def classify_column(
     if t.is_dictionary(typ):
         # A pandas category, or a column written dictionary-encoded: read as its values
         # (decoded per record batch or row group, when read).
-        return replace(classify_column(pa, name, typ.value_type, path), arrow_type=str(typ))
+        inner = classify_column(pa, name, typ.value_type, path)
+        return replace(inner, arrow_type=str(typ), decoded=inner.value_type)
     if numeric(typ) or t.is_boolean(typ):
         return TableColumn(
             name=name, arrow_type=str(typ), kind="scalar", dtype=numeric_dtype(pa, typ)
@@ -553,9 +561,23 @@ def field_of(pa: Any, schema: Any, name: str, where: str) -> tuple[str, tuple[st
                 "with columns=[...]"
             )
         return name, (), schema.field(name).type
-    top = next((n for n in schema.names if name.startswith(n + ".")), None)
-    if top is None:
+    tops = sorted((n for n in schema.names if name.startswith(n + ".")), key=len, reverse=True)
+    if not tops:
         raise ConfigError(f"{where}: no column(s) {[name]}; available: {list(schema.names)}")
+    # Columns 'a' and 'a.b' (a struct): 'a.b.c' is a field of the longest that has it.
+    errors = []
+    for top in tops:
+        try:
+            return _field_under(pa, schema, name, top, where)
+        except ConfigError as exc:
+            errors.append(exc)
+    raise errors[0]
+
+
+def _field_under(
+    pa: Any, schema: Any, name: str, top: str, where: str
+) -> tuple[str, tuple[str, ...], Any]:
+    """:func:`field_of`'s ``name`` as a field of top-level column ``top``."""
     typ = schema.field(top).type
     path: list[str] = []
     listed = None  # the list of structs crossed on the way down (one at most)
