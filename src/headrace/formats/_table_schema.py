@@ -445,6 +445,8 @@ def classify_column(
         sizes = tuple(int(v.list_size) for v in levels[1:])
         return _nested_column(name, typ, numeric_dtype(pa, item), (None, *sizes))
     if len(levels) > 1 and (numeric(item) or t.is_boolean(item)):
+        if all(t.is_fixed_size_list(v) for v in levels):  # the schema gives the shape
+            return _shaped_column(pa, name, typ, path, tuple(int(v.list_size) for v in levels))
         # A feature extractor's output saved by ds.map (Whisper's input_features, an
         # image processor's pixel_values): lists of lists, one shape in every row.
         dims = [
