@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import warnings
@@ -202,6 +203,10 @@ def test_config_errors(tmp_path: Path) -> None:
         "file alone, or the folder it is in"
     )
     assert FileSource([str(one)], format="jpeg").samples_per_epoch == 1  # the fix works
+    # Given with a slash after it, the list to pass is named without (it kept the slash,
+    # which a list then refused as "Not a directory", until 2026-12-06).
+    with pytest.raises(ConfigError, match=rf"pass \[{re.escape(repr(str(one)))}\] \(a list\)"):
+        FileSource(f"{one}/", format="jpeg")
     with pytest.raises(ConfigError, match=r"local_read must be 'pread' or 'odirect' \(got 'mmap'"):
         FileSource(root, format="jpeg", local_read="mmap")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="the list of files is empty"):

@@ -701,7 +701,7 @@ def list_files(
             # One HDF5 or NPY file of every sample is a common layout: say how to read it.
             raise ConfigError(
                 f"{root}: is a file, not a directory; FileSource takes a directory, a glob "
-                f"pattern, an object-store URL or a list of files: pass [{os.fspath(files)!r}] "
+                f"pattern, an object-store URL or a list of files: pass [{str(root)!r}] "
                 "(a list) to read this file alone, or the folder it is in"
             )
         url = str(root)

@@ -8,10 +8,11 @@ from collections.abc import Container
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from headrace.errors import FormatError, ObjectNotFoundError, StorageError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
 from headrace.formats._file_list import FileList, Listing, columns, list_files
 from headrace.formats._mds_index import MDSIndex, MDSShard, parse_index
 from headrace.formats._object_files import check_store_options
+from headrace.io._file import open_error
 
 if TYPE_CHECKING:
     from headrace.io import ObjectCache
@@ -32,6 +33,11 @@ def open_mds(
     """The parsed index and the shards' listing (sizes and versions); ``carried``: those
     a parent read, re-opened as they were. ``cache``: where the listing's reads of an
     object store's shards are kept (``cache_dir``)."""
+    if root.rstrip("/").rsplit("/", 1)[-1] == INDEX:
+        raise ConfigError(
+            f"{root}: MDSSource takes the folder or prefix that holds {INDEX} (and the "
+            f"shards), not the file: pass {root.rstrip('/')[: -len(INDEX)].rstrip('/') or '.'!r}"
+        )
     if not remote:
         check_store_options(store_options, remote=False, paths=[root])
         if carried is not None:
@@ -46,7 +52,7 @@ def open_mds(
                 f"wrote (index.json and its shards){_splits_in(root)}"
             ) from exc
         except OSError as exc:
-            raise StorageError(f"{where}: {exc.strerror or exc}") from exc
+            raise open_error(where, exc) from exc
         index = parse_index(data, where)
         _refuse_repeats(index, where)
         stored = _stored(root, index)
