@@ -50,3 +50,36 @@ def test_faults_from_the_open_on_are_retried_to_the_local_batches(
     finally:
         src.close()
         local.close()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_listings_cut_short_or_failed_at_the_open_are_retried_to_the_local_batches(
+    s3: S3Fixture, built: dict[str, Path], proxy: LatencyProxy, name: str
+) -> None:
+    # The source's listing of its prefix meets a cut body, then one whose XML is cut
+    # with a Content-Length that agrees (it failed the open, not retried, until
+    # 2026-12-06: "Got invalid list response"), then a 503.
+    case = CASES[name]
+    if name not in built:
+        pytest.skip(f"{case.needs} is not installed")
+    root = built[name]
+    prefix = f"faultmatrix/{name}/listing"
+    url = upload(s3, root, prefix)
+    local = case.open(str(root), None)
+    match = "list-type=2"
+    proxy.set_faults(
+        [
+            FaultRule(kind="truncate", match=match, limit=1),
+            FaultRule(kind="short", match=match, limit=1),
+            FaultRule(kind="status", status=503, match=match, limit=1),
+        ]
+    )
+    src = case.open(url, {**s3.options(), "retry": FAST_RETRY, "endpoint": proxy.endpoint})
+    try:
+        clean, on = case.split(local, case.victim)
+        every = np.sort(np.concatenate([clean, on]))
+        assert read(src, every) == read(local, every)
+        assert proxy.stats.faults == 3  # every source lists its prefix
+    finally:
+        src.close()
+        local.close()

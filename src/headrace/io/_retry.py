@@ -327,6 +327,13 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         return TransientStorageError(f"{where}: timed out ({brief})"), True
     if any(word in low for word in _BODY_WORDS):
         return TransientStorageError(f"{where}: response body was cut short ({brief})"), True
+    if "invalid list response" in low:
+        # A listing's XML that does not parse, its framing whole: a body cut short or
+        # garbled on the way (a GET's is checked by its length), asked again.
+        return TransientStorageError(
+            f"{where}: the listing's response did not parse (cut short or garbled on the "
+            f"way?) ({brief})"
+        ), True
     if any(word in low for word in _CONNECTION_WORDS):
         cause = connect_cause(text)
         return TransientStorageError(f"{where}: connection failed ({cause}{brief})"), True
