@@ -5,6 +5,7 @@ local files' rows, batches and fingerprint (a local state resumes on S3)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,33 @@ def test_a_glob_across_partition_folders_reads_what_the_local_glob_reads(
     assert remote.fingerprint == local.fingerprint
     local.close()
     remote.close()
+
+
+def test_a_list_of_globs_reads_what_the_local_list_of_globs_reads(
+    s3: S3Fixture, root: Path
+) -> None:
+    # datasets' data_files=[...]: each pattern's matches in its place, beside a plain
+    # object (until 2026-12-06 each pattern was asked for as an object: "no such object").
+    later, first = "year=2024/*/*.parquet", "year=2023/month=01/*.parquet"
+    one = "year=2023/month=11/part-00001-c000.snappy.parquet"
+    local = TableSource([str(root / later), str(root / one), str(root / first)], **KW)
+    remote = TableSource(
+        [f"{URL}/{later}", f"{URL}/{one}", f"{URL}/{first}"], store_options=options(s3), **KW
+    )
+    name = "{}/part-{:05d}-c000.snappy.parquet"
+    want = [name.format(p, j) for p in PARTS[2:] for j in range(2)]  # year=2024's
+    want += [one, *(name.format(PARTS[0], j) for j in range(2))]
+    assert [os.path.relpath(u, root) for u, _ in local.table.files] == want
+    assert [u.removeprefix(URL + "/") for u, _ in remote.table.files] == want
+    assert remote.fingerprint() == local.fingerprint()
+    assert batch_digest(Loader(remote, batch_size=8, seed=3, steps=10)) == batch_digest(
+        Loader(local, batch_size=8, seed=3, steps=10)
+    )
+    with pytest.raises(ConfigError, match=r"listed twice"):  # patterns that overlap
+        TableSource([f"{URL}/year=2024/*/*.parquet", f"{URL}/**/*.parquet"],
+                    store_options=options(s3), **KW)  # fmt: skip
+    with pytest.raises(FormatError, match=r"year=2025/\*\.parquet: no objects match"):
+        TableSource([f"{URL}/{one}", f"{URL}/year=2025/*.parquet"], store_options=options(s3))
 
 
 def test_batches_and_resume_match_the_local_files_on_another_host_count(

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, FormatError, HeadraceError
 from headrace.formats._arrow_slice import SubFetch
+from headrace.formats._file_list import refuse_repeats
 from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
@@ -100,14 +101,22 @@ def resolve_urls(
     ``path``: one object (``.../train.parquet``, ``.../data-00000-of-00002.arrow``),
     a glob (``.../train-*.parquet``, ``.../year=*/*.parquet``, ``.../**/*.parquet``: as
     ``glob.glob`` reads files, :mod:`headrace.formats._url_glob`), a prefix, or a list of object
-    URLs. A prefix is read as a local folder is: a ``save_to_disk`` dataset's
+    URLs and globs. A prefix is read as a local folder is: a ``save_to_disk`` dataset's
     ``state.json`` names its shards; otherwise the ``.arrow`` or ``.parquet``
     objects right under it (see :mod:`headrace.formats._table_layout`).
     """
     if not isinstance(path, str):
+        # A list may hold glob patterns, as a local one does: each one's matches in its
+        # place (until 2026-12-06 each asked for as an object: "no such object").
         urls = list(path)
-        root = common_url_root(urls, "a table's files")
-        return root, list(zip(urls, files.infos(urls), strict=True)), None
+        globs = {k for k, u in enumerate(urls) if has_magic(u) and not u.startswith("http")}
+        infos = iter(files.infos([u for k, u in enumerate(urls) if k not in globs]))
+        listed = []
+        for k, u in enumerate(urls):
+            listed += resolve_urls(u, files)[1] if k in globs else [(u, next(infos))]
+        named = [u for u, _ in listed]
+        refuse_repeats(named, "rows")  # (patterns that overlap)
+        return common_url_root(named, "a table's files"), listed, None
     refuse_bucketless(path)
     # http(s) servers cannot list: no glob there ('?' starts a query, which a presigned
     # URL has: refused by named_url, naming the fix, where it sent a PROPFIND listing).
