@@ -21,9 +21,16 @@ from headrace.cli import main
         ),
         (
             ["emulate", "s3", "--latency-ms", "-5"],
-            "headrace emulate: --latency-ms must be >= 0 and --mbps > 0 (got --latency-ms -5",
+            "headrace emulate: --latency-ms must be a number >= 0 and --mbps one > 0 (got "
+            "--latency-ms -5",
         ),
-        (["emulate", "s3", "--mbps", "0"], "--mbps > 0 (got --latency-ms 0, --mbps 0.0)"),
+        (["emulate", "s3", "--mbps", "0"], "--mbps one > 0 (got --latency-ms 0, --mbps 0.0)"),
+        # NaN passed "< 0" (and left the proxy out) until 2026-12-06, inf made every
+        # request wait for ever.
+        (["emulate", "s3", "--latency-ms", "nan"], "(got --latency-ms nan, --mbps None)"),
+        (["emulate", "s3", "--latency-ms", "inf"], "(got --latency-ms inf, --mbps None)"),
+        (["emulate", "s3", "--mbps", "nan"], "(got --latency-ms 0, --mbps nan)"),
+        (["probe", ".", "--seed", "-1"], "--seed must be >= 0 (got --seed -1)"),
         (["emulate", "s3", "--max-concurrent", "0"], "--max-concurrent must be >= 1 (got 0)"),
         (["bench", "-w", "jpeg", "--max-concurrent", "0"], "--max-concurrent 0: expected a whole"),
         (

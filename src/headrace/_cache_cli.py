@@ -16,6 +16,7 @@ given by mistake keeps its files, which the report counts as not the cache's.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from typing import Any
@@ -46,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.directory}: not a directory; give the cache_dir a loader used")
     if not os.path.isdir(args.directory):
         raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
-    if args.prune_days is not None and args.prune_days < 0:
-        raise ConfigError(f"--prune-days must be >= 0 (got {args.prune_days:g}).")
+    if args.prune_days is not None and not 0 <= args.prune_days < math.inf:
+        # (NaN passed "< 0", and every entry was "unused for nan days": all removed)
+        raise ConfigError(f"--prune-days must be a number >= 0 (got {args.prune_days:g}).")
     if args.json:
         # Before anything is removed: a --clear went through, then the report failed.
         check_output_path("--json", args.json)

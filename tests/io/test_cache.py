@@ -379,6 +379,11 @@ def test_prune_removes_what_was_not_used_and_the_cli_reports_it(
     monkeypatch.undo()
     (tmp_path / "r.j").unlink()
 
+    kept = entries(tmp_path)
+    for days in ("nan", "inf", "-1"):  # nan removed every entry, as --clear, until 2026-12-06
+        assert main(["cache", str(tmp_path), "--prune-days", days]) == 2
+        assert f"--prune-days must be a number >= 0 (got {days})" in capsys.readouterr().err
+    assert entries(tmp_path) == kept and kept
     assert main(["cache", str(tmp_path), "--clear"]) == 0
     assert entries(tmp_path) == []
     assert main(["cache", str(tmp_path / "nowhere")]) == 2

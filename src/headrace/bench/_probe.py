@@ -510,6 +510,9 @@ def run(args: argparse.Namespace) -> int:
             f"--ops {args.ops}); e.g. --row-bytes 4100 --ops 4096"
         )
         return 2
+    if args.seed < 0:  # (NumPy's generators take none: a traceback)
+        _say(f"--seed must be >= 0 (got --seed {args.seed}); e.g. --seed 1")
+        return 2
     if args.json is not None:
         from headrace._output_path import check_output_path, refuse_output_over_input
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import math
 import os
 import re
 import signal
@@ -173,10 +174,12 @@ _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 def check_s3(args: argparse.Namespace) -> None:
     """What ``headrace emulate s3`` refuses before it starts anything."""
-    if args.latency_ms < 0 or (args.mbps is not None and args.mbps <= 0):
+    # Written "not (... >= ...)" so that NaN is refused too (it left the proxy out).
+    latency_ok = 0 <= args.latency_ms < math.inf
+    if not latency_ok or (args.mbps is not None and not 0 < args.mbps < math.inf):
         raise ConfigError(
-            f"--latency-ms must be >= 0 and --mbps > 0 (got --latency-ms {args.latency_ms:g}, "
-            f"--mbps {args.mbps}); e.g. --latency-ms 50 --mbps 100"
+            "--latency-ms must be a number >= 0 and --mbps one > 0 (got --latency-ms "
+            f"{args.latency_ms:g}, --mbps {args.mbps}); e.g. --latency-ms 50 --mbps 100"
         )
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError(f"--max-concurrent must be >= 1 (got {args.max_concurrent}).")
