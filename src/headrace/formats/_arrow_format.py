@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
+    "validate_as_bytes",
     "_Corrupt",
     "_DICTIONARY",
     "_Flat",
@@ -115,6 +116,36 @@ def _indexed(pa: Any, typ: Any) -> Any:
             return None
         return pa.struct([f.with_type(k) for f, k in kids])
     return None if _has_dictionary(pa, typ) else typ
+
+
+def validate_as_bytes(pa: Any, arr: Any) -> None:
+    """``arr.validate(full=True)``: offsets, lengths and indices of bytes from the
+    network checked, its text as bytes. headrace hands strings over as their bytes, and
+    pyarrow's read of a local file checks no UTF-8: a remote read refused what the
+    local copy read (until 2026-12-06)."""
+    typ = _as_bytes(pa, arr.type)
+    (arr if typ == arr.type else arr.view(typ)).validate(full=True)
+
+
+def _as_bytes(pa: Any, typ: Any) -> Any:
+    """``typ`` with each string type as the binary type of its layout."""
+    t = pa.types
+    if t.is_string(typ):
+        return pa.binary()
+    if t.is_large_string(typ):
+        return pa.large_binary()
+    if str(typ) == "string_view":
+        return pa.binary_view()
+    if t.is_struct(typ):
+        return pa.struct([f.with_type(_as_bytes(pa, f.type)) for f in typ])
+    if t.is_dictionary(typ):
+        return pa.dictionary(typ.index_type, _as_bytes(pa, typ.value_type), typ.ordered)
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
+        item = typ.value_field.with_type(_as_bytes(pa, typ.value_type))
+        if t.is_fixed_size_list(typ):
+            return pa.list_(item, typ.list_size)
+        return pa.large_list(item) if t.is_large_list(typ) else pa.list_(item)
+    return typ
 
 
 def _node_counts(pa: Any, typ: Any) -> int:

@@ -64,6 +64,7 @@ from headrace.formats._arrow_format import (
     _has_dictionary,
     _indexed,
     _node_counts,
+    validate_as_bytes,
 )
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
 from headrace.formats._table_ahead import HeldBytes
@@ -623,7 +624,7 @@ class RemoteArrow(RemotePart):
             batch = pa.ipc.open_stream(pa.py_buffer(stream)).read_next_batch()
             for name in self.coded:
                 for d in _dictionaries(pa, batch.column(name)):
-                    d.validate(full=True)  # bytes from the network
+                    validate_as_bytes(pa, d)  # bytes from the network
         except (pa.ArrowException, OSError, EOFError, StopIteration) as exc:
             raise FormatError(
                 f"{self.path}: record batch {group}: its dictionary batches (at bytes "
@@ -660,7 +661,7 @@ class RemoteArrow(RemotePart):
         try:
             batch = pa.ipc.read_record_batch(pa.py_buffer(spans[0][1]), self.indexed)
             for name in names:  # bytes from the network: offsets checked too
-                batch.column(name).validate(full=True)
+                validate_as_bytes(pa, batch.column(name))
         except (pa.ArrowException, OSError, EOFError) as exc:  # EOFError: a zero length prefix
             raise FormatError(
                 f"{self.path}: record batch {i}: truncated or corrupt Arrow IPC data ({exc}): "

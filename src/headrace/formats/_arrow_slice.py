@@ -42,7 +42,12 @@ from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
 from headrace.errors import FormatError, HeadraceError
-from headrace.formats._arrow_format import _buffer_counts, _indexed, _node_counts
+from headrace.formats._arrow_format import (
+    _buffer_counts,
+    _indexed,
+    _node_counts,
+    validate_as_bytes,
+)
 from headrace.io._ranges import DEFAULT_MAX_GAP, DEFAULT_MAX_SPAN, coalesce
 
 if TYPE_CHECKING:
@@ -387,7 +392,7 @@ class SubFetch:
             arrays = [self._arrays[c] for c in self._order]
             for c, arr in zip(self._order, arrays, strict=True):  # bytes from the network
                 try:
-                    arr.validate(full=True)
+                    validate_as_bytes(pa, arr)
                 except (pa.ArrowException, OSError) as exc:
                     raise FormatError(
                         f"{self.where}: column {c!r}: truncated or corrupt Arrow IPC data ({exc}): "
