@@ -46,17 +46,26 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_an_unwritable_stats_file_is_refused_before_mounting(
     tmp_path: Path, src: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # It used to mount, serve without stats and end in a traceback and exit status 1.
+    # It used to mount, serve without stats and end in a traceback and exit status 1;
+    # until 2026-12-06 it said "mounting ..." first, then exited 1 (other refusals: 2).
     stats = tmp_path / "no-such-dir" / "stats.json"
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    assert run(_args(str(src), str(mnt), f"--stats-file={stats}")) == 1
+    assert run(_args(str(src), str(mnt), f"--stats-file={stats}")) == 2
     err = capsys.readouterr().err
-    assert (
-        # (It began "[Errno 2] slowfs: ...": the number is for code, exc.errno.)
-        f"headrace emulate: slowfs: cannot write the stats file '{stats}' "
-        "(No such file or directory); give a path in an existing, writable directory" in err
+    assert err == (
+        f"headrace emulate: --stats-file '{stats}': folder '{stats.parent}' does not exist; "
+        "create it first\n"
     )
+    assert not is_mounted(mnt)
+    # serve() itself, for callers other than the command line: refused before mounting.
+    # (It began "[Errno 2] slowfs: ...": the number is for code, exc.errno.)
+    with pytest.raises(
+        StorageError,
+        match=r"slowfs: cannot write the stats file .* \(No such file or directory\); give a "
+        "path in an existing, writable directory",
+    ):
+        serve(str(src), str(mnt), SlowFSConfig(), stats_file=str(stats))
     assert not is_mounted(mnt)
 
 
@@ -69,7 +78,8 @@ def test_slowmount_reports_an_unwritable_stats_file(
     stats = tmp_path / "no-such-dir" / "stats.json"
     m = SlowMount(src, tmp_path / "mnt", stats_file=stats)
     with pytest.raises(
-        StorageError, match=r"(?s)exited with code 1 before mounting.*cannot write the stats file"
+        StorageError,
+        match=r"(?s)exited with code 2 before mounting.*--stats-file .* does not exist",
     ):
         m.start()
     assert pid_exited(m.pid) and not is_mounted(m.mnt)

@@ -66,11 +66,20 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
     """``KEY=V1,V2,...`` -> (key, values); refused with the expected form otherwise."""
     key, eq, values = text.partition("=")
     key = key.strip()  # "in_flight=1, 8": the spaces are no part of a key or value
-    vals = [v.strip() for v in values.split(",") if v.strip()]
+    given = [v.strip() for v in values.split(",")]
+    vals = [v for v in given if v]
     if not eq or not key or not vals or any(c in key for c in "?&,"):
         raise ConfigError(
             f"--sweep {text!r}: expected KEY=V1,V2,... with a key and at least one value, "
             "e.g. --sweep in_flight=1,8,32"
+        )
+    if len(vals) < len(given):
+        # "prefetch=1,,2" ran prefetch=1 and 2 without a word: a value typed between the
+        # commas, and lost, read as swept.
+        raise ConfigError(
+            f"--sweep {text!r}: value {given.index('') + 1} of {len(given)} is empty (two "
+            f"commas in a row, or one at an end); give each value, e.g. --sweep "
+            f"{key}={','.join(vals)}"
         )
     repeated = sorted({v for v in vals if vals.count(v) > 1})
     if repeated:

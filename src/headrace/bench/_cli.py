@@ -367,6 +367,40 @@ def _is_plot(action: list[str]) -> bool:
     return len(action) == 2 and action[0] == "plot"
 
 
+#: What ``compare`` and ``plot`` take beside their reports (``plot``: and ``--plot``):
+#: ``-q`` quiets what is quiet already; every other flag is a run's.
+_ACTION_FLAGS = frozenset({"action", "quiet"})
+
+
+def _refuse_run_flags(args: argparse.Namespace) -> None:
+    """Refuse a run's flags given to ``compare`` or ``plot``, which run nothing: `bench
+    compare A B --json X` and `bench plot R --plot P --json X` exited 0 without writing
+    X (a script then read a stale report, as --list refuses --json for), and --steps and
+    the like were dropped without a word."""
+    parser = argparse.ArgumentParser(add_help=False)
+    configure(parser)
+    defaults = vars(parser.parse_args([]))
+    taken = _ACTION_FLAGS | ({"plot"} if _is_plot(args.action) else set())
+    given = [
+        "--" + dest.replace("_", "-")  # each flag's dest is its long name
+        for dest, value in vars(args).items()
+        if dest not in taken and dest in defaults and value != defaults[dest]
+    ]
+    if not given:
+        return
+    action = args.action[0]
+    what = "puts two reports side by side" if action == "compare" else "draws a report's plot"
+    one = len(given) == 1
+    named = given[0] if one else f"{', '.join(given[:-1])} and {given[-1]}"
+    lost = ""
+    if args.json:
+        lost = f", so no report would be written to {'stdout' if args.json == '-' else args.json}"
+    raise ConfigError(
+        f"'{action}' {what} and runs nothing: {named} "
+        f"{'is a flag' if one else 'are flags'} of a run{lost}; drop {'it' if one else 'them'}"
+    )
+
+
 def check(args: argparse.Namespace) -> list[Kind]:
     """What :func:`run` refuses before it reads a dataset or writes anything (it reads
     the workload and DLIO files named); the kinds of the workloads to run or list.
@@ -376,6 +410,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     """
     if args.action:
         if _is_compare(args.action):
+            _refuse_run_flags(args)
             return []
         if _is_plot(args.action):
             if not args.plot:
@@ -383,6 +418,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
                     f"plot {args.action[1]}: give the image to write with --plot, e.g. "
                     f"headrace bench plot {args.action[1]} --plot r.png"
                 )
+            _refuse_run_flags(args)
             return []
         raise ConfigError(
             f"got {' '.join(args.action)!r}; the only actions are "
@@ -421,6 +457,7 @@ def run(args: argparse.Namespace) -> int:
         from headrace.bench._compare import compare
 
         try:
+            check(args)
             return compare(args.action[1], args.action[2])
         except HeadraceError as exc:
             print(f"headrace bench compare: {exc}", file=sys.stderr)

@@ -6,20 +6,21 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from headrace.bench._report import fresh_pass_rate, rate_text
+from headrace.bench._report import SCHEMA_VERSION, fresh_pass_rate, rate_text
 from headrace.errors import ConfigError
 
 __all__ = ["compare", "load_report"]
 
 
-def load_report(path: str) -> dict[str, Any]:
-    """A ``--json`` report, or a ConfigError saying what is wrong with the file."""
+def load_report(path: str, *, reports: str = "two reports") -> dict[str, Any]:
+    """A ``--json`` report, or a ConfigError saying what is wrong with the file (``reports``:
+    what the command takes, for the message: compare two reports, plot one)."""
     try:
         with open(path) as f:
             report = json.load(f)
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: no such file; give two reports written by 'headrace bench --json PATH'"
+            f"{path}: no such file; give {reports} written by 'headrace bench --json PATH'"
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({exc})") from None
@@ -36,7 +37,122 @@ def load_report(path: str) -> dict[str, Any]:
             f"{path}: not a headrace bench report (expected a 'results' list of "
             "{workload, variant, batches_per_s, digest}); write one with 'headrace bench --json'"
         )
+    if "schema" in report and report["schema"] != SCHEMA_VERSION:
+        # "schema": 999 (a newer or a foreign format) was read as this one without a word.
+        raise ConfigError(
+            f"{path}: schema {report['schema']!r}: this headrace reads {SCHEMA_VERSION!r} "
+            "reports; use the headrace that wrote it, or write the report again with "
+            "'headrace bench --json'"
+        )
+    _check_types(path, report)
     return report  # type: ignore[no-any-return]
+
+
+# The fields compare and plot read, and what each must be where a report has it (a
+# hand-made report may leave most out; null is none): until 2026-12-06 a null
+# batches_per_s, a "machine" that was a string, or "workloads": 5 ended in a traceback.
+_NUMBER, _WHOLE, _TEXT, _FLAG, _OBJECT, _LIST = (
+    "a number",
+    "a whole number",
+    "a string",
+    "true or false",
+    "an object",
+    "a list",
+)
+_TOP = {"sweep": _TEXT, "command": _LIST, "machine": _OBJECT, "workloads": _LIST}
+_MACHINE = {
+    "cpu_model": _TEXT,
+    "cores": _WHOLE,
+    "cores_usable": _WHOLE,
+    "memory_bytes": _NUMBER,
+    "storage": _OBJECT,
+}
+_WORKLOAD = {
+    "name": _TEXT,
+    "workload": _OBJECT,
+    "storage": _TEXT,
+    "slowfs": _OBJECT,
+    "s3": _OBJECT,
+    "au_threshold": _NUMBER,
+}
+_DEFINITION = {"kind": _TEXT, "dataset": _OBJECT, "train": _OBJECT}
+_TRAIN = {"batch_size": _WHOLE, "steps": _WHOLE, "trials": _WHOLE}
+_RESULT = {
+    "digest": _TEXT,
+    "canonical_digest": _TEXT,
+    "digest_compared": _TEXT,
+    "steps": _WHOLE,
+    "steps_per_trial": _WHOLE,
+    "mb_per_s": _NUMBER,
+    "gb_per_s": _NUMBER,
+    "fresh_pass_s": _NUMBER,
+    "fresh_passes_s": _LIST,
+    "stages": _OBJECT,
+    "batches_per_s_spread": _OBJECT,
+    "ratio_to_baseline": _NUMBER,
+    "ratio_to_memcpy": _NUMBER,
+    "au": _NUMBER,
+    "au_pass": _FLAG,
+    "max_accelerators": _WHOLE,
+    "read_ahead": _FLAG,
+}
+_REQUIRED = {"workload": _TEXT, "variant": _TEXT, "batches_per_s": _NUMBER}
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind in (_NUMBER, _WHOLE):
+        number = int if kind == _WHOLE else (int, float)
+        return isinstance(value, number) and not isinstance(value, bool)
+    want = {_TEXT: str, _FLAG: bool, _OBJECT: dict, _LIST: list}[kind]
+    return isinstance(value, want)
+
+
+def _check_types(path: str, report: dict[str, Any]) -> None:
+    """Refuse a report a field of which compare or plot reads is of another type,
+    naming the file and the field (``results[0].batches_per_s``)."""
+
+    def bad(field: str, value: Any, kind: str) -> ConfigError:
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        return ConfigError(
+            f"{path}: {field} is {shown}, expected {kind}; give a report written by "
+            "'headrace bench --json'"
+        )
+
+    def fields(obj: dict[str, Any], where: str, kinds: dict[str, str], null: bool = True) -> None:
+        for key, kind in kinds.items():
+            value = obj.get(key)
+            if (value is None and null) or _is(value, kind):
+                continue
+            raise bad(f"{where}{key}", value, kind)
+
+    fields(report, "", _TOP)
+    machine = report.get("machine") or {}
+    fields(machine, "machine.", _MACHINE)
+    fields(machine.get("storage") or {}, "machine.storage.", {"fstype": _TEXT})
+    for i, w in enumerate(report.get("workloads") or []):
+        if not isinstance(w, dict):
+            raise bad(f"workloads[{i}]", w, _OBJECT)
+        at = f"workloads[{i}]."
+        fields(w, at, _WORKLOAD)
+        definition = w.get("workload") or {}
+        fields(definition, f"{at}workload.", _DEFINITION)
+        fields(definition.get("train") or {}, f"{at}workload.train.", _TRAIN)
+        fields(w.get("slowfs") or {}, f"{at}slowfs.", {"read_latency_ms": _NUMBER})
+        fields(w.get("s3") or {}, f"{at}s3.", {"latency_ms": _NUMBER})
+    for i, r in enumerate(report["results"]):
+        at = f"results[{i}]."
+        fields(r, at, _REQUIRED, null=False)
+        fields(r, at, _RESULT)
+        fields(r.get("stages") or {}, f"{at}stages.", {"wall_s": _NUMBER})
+        spread = r.get("batches_per_s_spread") or {}
+        fields(spread, f"{at}batches_per_s_spread.", {"min": _NUMBER, "max": _NUMBER})
+        for j, v in enumerate(r.get("fresh_passes_s") or []):
+            if not _is(v, _NUMBER):
+                raise bad(f"{at}fresh_passes_s[{j}]", v, _NUMBER)
+    for i, arg in enumerate(report.get("command") or []):
+        if not _is(arg, _TEXT):
+            raise bad(f"command[{i}]", arg, _TEXT)
 
 
 def _rate(r: dict[str, Any]) -> float:

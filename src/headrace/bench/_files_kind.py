@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from headrace.bench._datagen import written_whole
 from headrace.bench._kind import Batch, Kind, filled
 from headrace.bench._storage import Storage
-from headrace.bench._workload import refuse
+from headrace.bench._workload import finite, refuse
 from headrace.errors import ConfigError
 from headrace.formats import (
     FilePlan,
@@ -75,13 +75,14 @@ class FilesKind(Kind):
         super().__init__(workload, root)
         ds, rd = workload.dataset, workload.reader
         self.format = file_format(str(ds.get("format", "npz"))).name
-        self.num_files = int(ds.get("files", 16))
-        self.per_file = int(ds.get("samples_per_file", 1))
+        # Whole numbers (int() read 10.5 as 10); their range is checked below.
+        self.num_files: int = ds.count("files", 16, least=None)
+        self.per_file: int = ds.count("samples_per_file", 1, least=None)
         image = self.format in ("jpeg", "png")
         # Images are generated at image_hw, and their stored size is measured (one encoded);
         # arrays at record_bytes +- record_bytes_stdev. Each reads its own keys only.
         self.image_hw, self.noise, self.quality, self.stdev = (640, 640), 80, 90, 0
-        self.mean = 0 if image else int(ds.get("record_bytes", 1 << 20))
+        self.mean = 0 if image else ds.count("record_bytes", 1 << 20, least=None)
         if image:
             # It was the expected stored size, for the demand printed before generating: a
             # guess nothing checked (record_bytes = 100 printed 400.0 kB/s for 1.2 MB PNGs).
@@ -91,12 +92,13 @@ class FilesKind(Kind):
                 "an image's stored size is what image_hw, noise (and quality) encode to, "
                 "measured before the run; size images with image_hw",
             )
-            hw = ds.get("image_hw", self.image_hw)
-            self.image_hw = (int(hw[0]), int(hw[1]))
-            self.noise = int(ds.get("noise", self.noise))
+            self.image_hw = ds.pair("image_hw", self.image_hw, least=1)
+            self.noise = ds.count("noise", self.noise, least=0)  # -1: NumPy's "low >= high"
             refuse(ds, "record_bytes_stdev", "images are all image_hw in size")
             if self.format == "jpeg":
-                self.quality = int(ds.get("quality", self.quality))
+                self.quality = ds.count("quality", self.quality, least=None)
+                if not 1 <= self.quality <= 100:  # the generator's refusal named no file
+                    raise ConfigError(f"{ds.where}: quality must be in 1..100; got {self.quality}")
             else:
                 refuse(ds, "quality", "PNG is lossless (quality is JPEG's)")
             # FileSource's image_mode (None: JPEG RGB, PNG as stored; TOML has no None).
@@ -110,7 +112,7 @@ class FilesKind(Kind):
                 "image_mode",
                 f"{self.format} records are arrays; image_mode converts format 'jpeg' or 'png'",
             )
-            self.stdev = int(ds.get("record_bytes_stdev", 0))
+            self.stdev = ds.count("record_bytes_stdev", 0, least=0)
             for key in ("image_hw", "noise", "quality"):
                 refuse(
                     ds,
@@ -134,9 +136,10 @@ class FilesKind(Kind):
         self.prefetch = rd.count("prefetch", 8, least=0)
         self.chunk_steps = rd.count("chunk_steps", 8, least=1)
         # DLIO's reader.preprocess_time: simulated work per decoded sample (seconds).
+        # Finite: inf ended a run in time.sleep's OverflowError (NaN is refused as read).
         self.preprocess = (
-            float(rd.get("preprocess_time", 0.0)),
-            float(rd.get("preprocess_time_stdev", 0.0)),
+            finite(rd.where, "preprocess_time", float(rd.get("preprocess_time", 0.0))),
+            finite(rd.where, "preprocess_time_stdev", float(rd.get("preprocess_time_stdev", 0.0))),
         )
         if min(self.preprocess) < 0:
             raise ConfigError(

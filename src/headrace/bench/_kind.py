@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, Self
 
@@ -202,6 +202,8 @@ class VariantSpec:
 
 
 Opener = Callable[[Any, VariantSpec, int], Stream]
+#: Reads one of a variant's own options from its spec, refusing a value it cannot take.
+OptionCheck = Callable[[VariantSpec], object]
 
 
 def variant(
@@ -212,6 +214,7 @@ def variant(
     order: DigestOrder = "plan",
     group: str = "",
     memory: bool = False,
+    options: Mapping[str, OptionCheck] | None = None,
 ) -> Callable[[Opener], Opener]:
     """Register ``fn(kind, spec, steps) -> Stream`` as variant ``name`` of ``kind``.
 
@@ -221,6 +224,10 @@ def variant(
     decoded arrays); ``order="any"`` compares the variant on sorted
     per-sample digests, for readers whose order differs by design. ``memory=True``
     marks a copy from memory by design (memcpy): never judged against the storage ceiling.
+    ``options``: the variant's own options besides the ``[reader]`` keys and ``?seed``
+    (``?reads=pread``), each with the function that reads it from a spec and refuses a
+    value it cannot take: :meth:`Kind.check_variants` runs them before anything is
+    written, and the opener reads its options through them.
     """
 
     def register(fn: Opener) -> Opener:
@@ -230,6 +237,7 @@ def variant(
         if memory:
             kind.from_memory = kind.from_memory | {name}
         kind.rules[name] = (group, order)
+        kind.variant_options[name] = dict(options or {})
         return fn
 
     return register
@@ -244,6 +252,8 @@ class Kind:
     """
 
     openers: ClassVar[dict[str, Opener]]
+    #: each variant's own options (see :func:`variant`)
+    variant_options: ClassVar[dict[str, dict[str, OptionCheck]]]
     undigested: ClassVar[frozenset[str]] = frozenset()
     from_memory: ClassVar[frozenset[str]] = frozenset()
     rules: ClassVar[dict[str, tuple[str, DigestOrder]]]
@@ -260,6 +270,7 @@ class Kind:
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         cls.openers = {}
+        cls.variant_options = {}
         cls.undigested = frozenset()
         cls.from_memory = frozenset()
         cls.rules = {}
@@ -289,11 +300,16 @@ class Kind:
                 )
 
     @classmethod
-    def make(cls, workload: Workload, root: str) -> Self:
-        """``cls(workload, root)``, then refuse the ``[dataset]``/``[reader]`` keys it never read.
+    def make(
+        cls, workload: Workload, root: str, *, variants: bool = True, reader_where: str = ""
+    ) -> Self:
+        """``cls(workload, root)``, then refuse the ``[dataset]``/``[reader]`` keys it never
+        read, and (``variants``) the variants' options it could not open
+        (:meth:`check_variants`).
 
         The kind is given sections that record each key looked up (:class:`Section`),
         so the keys a kind knows are the ones its constructor reads: no list to keep.
+        ``reader_where`` names the ``[reader]`` in errors (a variant's options over it).
         """
         # A bare "No module named 'pyarrow'" came from the dataset generator, after the
         # plan was printed (`headrace bench -w table` on a NumPy-only install).
@@ -310,7 +326,7 @@ class Kind:
         ds, rd = (
             Section(
                 getattr(workload, name),
-                where=f"{workload.where} [{name}]",
+                where=(name == "reader" and reader_where) or f"{workload.where} [{name}]",
                 owner=owner,
                 trail=trail,
             )
@@ -332,7 +348,72 @@ class Kind:
             ) from exc
         ds.check_read()
         rd.check_read()
+        if variants:
+            kind.check_variants()
         return kind
+
+    def check_variants(self) -> None:
+        """Refuse what opening each of the run's variants would refuse, before anything is
+        written: an option nothing reads, a value the option or the ``[reader]`` setting it
+        overrides cannot take (``?prefetch=abc``, ``?block_mib=0``), a seed out of range.
+
+        :meth:`make` runs it, so ``bench --list`` and ``headrace.cli.check`` refuse them
+        too: :meth:`open` refused them in the run, once the dataset had been generated.
+        """
+        for text in self.workload.variants:
+            vs = VariantSpec.parse(text)
+            self._variant_kind(vs)  # its [reader] keys, as the variant sets them
+            own = self.variant_options.get(vs.name, {})
+            known = set(self._reader_keys()) | set(own) | {"seed"}
+            self._refuse_unused(vs, sorted(set(vs.options) - known), known)
+            for key, check in own.items():
+                if key in vs.options:
+                    check(vs)
+            seed = self.seed_of(vs)
+            if not 0 <= seed < 2**63:  # [train] seed's range (the loader's)
+                raise ConfigError(f"variant {text!r}: seed must be in [0, 2**63) (got {seed})")
+
+    def _reader_keys(self) -> dict[str, Any]:
+        """The ``[reader]`` settings a variant option may override, as the kind has them
+        (those the file sets, and those it leaves at the kind's default)."""
+        reader = self.workload.reader
+        # Where the dataset is served from is the run's, not a variant's to change.
+        return {
+            k: v for k, v in {**getattr(reader, "defaults", {}), **reader}.items() if k not in _RUN
+        }
+
+    def _variant_kind(self, vs: VariantSpec) -> Kind:
+        """This kind, or one built with the ``[reader]`` keys ``vs``'s options override
+        (checked as the file's are; errors name the variant)."""
+        current = self._reader_keys()
+        over = {k: _like(current[k], v, vs.text, k) for k, v in vs.options.items() if k in current}
+        if not any(current[k] != v for k, v in over.items()):
+            return self
+        where = f"{self.workload.where}: variant {vs.text!r}"
+        try:
+            kind = type(self).make(
+                self.workload.replace(reader=over), self.root, variants=False, reader_where=where
+            )
+        except ConfigError as exc:
+            if vs.text in str(exc):
+                raise
+            raise ConfigError(f"variant {vs.text!r}: {exc}") from exc
+        kind.loaders = self.loaders  # its Loaders' stage times are this variant's
+        kind.reading_ahead = self.reading_ahead
+        return kind
+
+    def _refuse_unused(self, vs: VariantSpec, unused: list[str], known: set[str]) -> None:
+        if unused:
+            raise ConfigError(
+                unknown_keys(
+                    f"{self.workload.where}: variant {vs.text!r}",
+                    unused,
+                    known,
+                    f"nothing reads it, so it would change nothing; variant {vs.name!r} of the "
+                    f"{self.workload.kind} kind takes (its own options and the [reader] keys)",
+                    what="option",
+                )
+            )
 
     # -- dataset ------------------------------------------------------------------
     def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
@@ -440,33 +521,15 @@ class Kind:
         also one the file leaves at the kind's default (``?odirect=true``).
         """
         vs = VariantSpec.parse(spec)
-        reader = self.workload.reader
-        # Where the dataset is served from is the run's, not a variant's to change.
-        current = {
-            k: v for k, v in {**getattr(reader, "defaults", {}), **reader}.items() if k not in _RUN
-        }
-        over = {k: _like(current[k], v, spec, k) for k, v in vs.options.items() if k in current}
-        kind = self
-        if any(current[k] != v for k, v in over.items()):
-            kind = type(self).make(self.workload.replace(reader=over), self.root)
-            kind.loaders = self.loaders  # its Loaders' stage times are this variant's
-            kind.reading_ahead = self.reading_ahead
+        kind = self._variant_kind(vs)
         stream = kind.openers[vs.name](kind, vs, steps)
         # every variant takes ?seed (Kind.seed_of), often read lazily by its generator
-        known = set(current) | vs.options.asked | {"seed"}
-        unused = sorted(set(vs.options) - known)
-        if unused:
+        known = set(self._reader_keys()) | vs.options.asked | {"seed"}
+        try:
+            self._refuse_unused(vs, sorted(set(vs.options) - known), known)
+        except ConfigError:
             stream.close()
-            raise ConfigError(
-                unknown_keys(
-                    f"{self.workload.where}: variant {spec!r}",
-                    unused,
-                    known,
-                    f"nothing reads it, so it would change nothing; variant {vs.name!r} of the "
-                    f"{self.workload.kind} kind takes (its own options and the [reader] keys)",
-                    what="option",
-                )
-            )
+            raise
         return stream
 
     def reads_cache(self) -> bool:

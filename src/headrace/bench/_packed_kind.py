@@ -133,10 +133,11 @@ class PackedKind(TokenPayload):
             "its windows are filled by positional reads of the column's byte ranges into "
             "process memory; O_DIRECT reads are in the files kind (odirect = true)",
         )
-        self.rows = int(ds.get("rows", 65_536))
-        self.max_len = int(ds.get("max_len", 1000))
-        self.batch_rows = int(ds.get("batch_rows", 1000))
-        self.context = int(ds.get("context", 1024))
+        # Whole numbers (int() read 10.5 as 10); their range is checked below.
+        self.rows: int = ds.count("rows", 65_536, least=None)
+        self.max_len: int = ds.count("max_len", 1000, least=None)
+        self.batch_rows: int = ds.count("batch_rows", 1000, least=None)
+        self.context: int = ds.count("context", 1024, least=None)
         if min(self.rows, self.max_len, self.batch_rows, self.context) < 1:
             raise ConfigError(
                 f"workload {workload.name!r}: rows, max_len, batch_rows and context must be "
@@ -149,8 +150,8 @@ class PackedKind(TokenPayload):
                 f"(~{self.rows * (self.max_len + 1) // 2} tokens) are too few for context "
                 f"{self.context}: raise rows or max_len"
             )
-        self.read_settings(workload)
         self.dtype = np.dtype(np.int32)
+        self.read_settings(workload)
         self._streams: list[TokenFile] | None = None
 
     # -- dataset ------------------------------------------------------------------

@@ -57,12 +57,13 @@ class ParquetKind(Kind):
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
         ds, rd = workload.dataset, workload.reader
-        self.rows = int(ds.get("rows", 16_384))
+        # Whole numbers (int() read 10.5 as 10); their range is checked below.
+        self.rows: int = ds.count("rows", 16_384, least=None)
         # 0: rows of no padded list (the table-images kind's), and no width key to read
-        self.width = int(ds.get("width", 1025)) if self.padded else 0
-        self.num_files = int(ds.get("files", 4))
-        self.group_rows = int(ds.get("group_rows", 512))
-        self.window_rows = int(rd.get("window_rows", 2048))
+        self.width: int = ds.count("width", 1025, least=None) if self.padded else 0
+        self.num_files: int = ds.count("files", 4, least=None)
+        self.group_rows: int = ds.count("group_rows", 512, least=None)
+        self.window_rows: int = rd.count("window_rows", 2048, least=None)
         self.prefetch = rd.count("prefetch", 8, least=0)
         self.in_flight = rd.count("in_flight", 64, least=1)
         refuse(

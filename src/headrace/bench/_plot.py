@@ -62,7 +62,7 @@ def plot_file(report_path: str, path: str) -> None:
         )
     check_output_path("--plot", path)
     check_plot_path(path)
-    report = load_report(report_path)
+    report = load_report(report_path, reports="a report")
     try:
         plot_report(report, path, sweep=_sweep_of(report))
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
@@ -136,7 +136,10 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         ax2 = axes[0][1]
         au = [r.get("au") or 0.0 for r in results]
         ax2.bar(range(len(au)), au, color="#81c3d7")
-        thresholds = [w.get("au_threshold", 0.9) for w in report.get("workloads", [])]
+        thresholds = [
+            0.9 if w.get("au_threshold") is None else w["au_threshold"]
+            for w in report.get("workloads") or []
+        ]
         ax2.axhline(min(thresholds or [0.9]), color="red", ls="--", label="AU threshold")
         # Marked as the table's AU column is: AU from short trials, whatever the kind (a
         # files workload's bars are its fresh passes, but its AU is its trials').
@@ -144,7 +147,7 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         ax2.set_xticks(range(len(au)), au_labels, fontsize=8)
         ax2.set_ylim(0, 1)
         ax2.set_title("accelerator utilisation (compute / wall)")
-    cpu = report.get("machine", {}).get("cpu_model", "")
+    cpu = (report.get("machine") or {}).get("cpu_model") or ""
     fig.suptitle(f"headrace bench — {cpu}", fontsize=9)
     short = [r for r, m in zip(results, marked, strict=True) if m]
     au_short = [r for r in results if short_au(r)]

@@ -459,9 +459,25 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
         seen = bases.setdefault(r["workload"], [])
         if r.get("baseline_variant", "naive") not in seen:
             seen.append(r.get("baseline_variant", "naive"))
+    # A report without "sweep" (a hand-made one): several baselines come of a sweep.
+    swept = report["sweep"] if "sweep" in report else True
     for workload, names in bases.items():
-        # Under --sweep each swept value has its own baseline (the one with its value).
-        which = "" if len(names) == 1 else " (each over the one at its swept value)"
+        if len(names) == 1:
+            which = ""
+        elif swept:  # each swept value has its own baseline (the one with its value)
+            which = " (each over the one at its swept value)"
+        else:
+            # Without --sweep a variant is over the naive of its own options: until
+            # 2026-12-06 this said "at its swept value" of a run that swept nothing.
+            first = next(
+                (
+                    r["variant"]
+                    for r in report["results"]
+                    if r["workload"] == workload and r["variant"].partition("?")[0] == "naive"
+                ),
+                names[0],
+            )
+            which = f" (each over the naive of its options where there is one, else {first})"
         print(f"x base: {workload} variants over {', '.join(names)}{which}", file=out)
     for w in report.get("workloads", []):
         if w.get("storage") == "slowfs":

@@ -131,8 +131,9 @@ class _RowsBase(Kind):
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
         ds = workload.dataset
-        self.rows = int(ds.get("rows", 16_384))
-        self.width = int(ds.get("width", 1025))
+        # Whole numbers (int() read 10.5 as 10); their range is checked below.
+        self.rows: int = ds.count("rows", 16_384, least=None)
+        self.width: int = ds.count("width", 1025, least=None)
         if self.rows < 1 or self.width < 2:
             raise ConfigError(
                 f"workload {workload.name!r}: dataset needs rows >= 1 and width >= 2 "
@@ -177,7 +178,7 @@ class PaddedKind(_RowsBase):
         # ?max_gap=, ?engine= override them). Checked here, before any data is written.
         self.read_config = ReaderConfig(
             strategy=rd.get("strategy", "adaptive"),
-            max_gap=int(rd.get("max_gap", DEFAULT_MAX_GAP)),
+            max_gap=rd.count("max_gap", DEFAULT_MAX_GAP, least=0),
             engine=rd.get("engine", "auto"),
         )
 

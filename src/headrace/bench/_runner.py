@@ -587,7 +587,7 @@ def _run(
             "cached_after_warm_bytes": mem_warm.get("Cached", 0),
             "cached_after_bytes": mem_after.get("Cached", 0),
         },
-        "mismatches": mismatches(results),
+        "mismatches": mismatches(results, opts.sweep_key),
         "failed": [{"variant": spec, "error": text} for spec, text in failed.items()],
     }
     if stopped is not None:
@@ -646,18 +646,24 @@ def _slowfs_note(name: str, config: SlowFSConfig, ds_bytes: int, free: int) -> s
     )
 
 
-def mismatches(results: list[dict[str, Any]]) -> list[list[str]]:
+def mismatches(results: list[dict[str, Any]], sweep_key: str | None = None) -> list[list[str]]:
     """Groups of variants by digest, where variants that must agree do not.
 
     Within each digest group, variants compared ``ordered`` must have one
     digest, and when the group has a variant compared ``canonical`` (another
     order by design), every variant of the group must have one canonical digest.
+    Under ``--sweep KEY=...`` (``sweep_key``) variants agree at each value of it only:
+    ``--sweep seed=0,1`` reads other batches at each seed, and was reported as a
+    mismatch (exit 1) where every variant agreed at each.
     """
     out: list[list[str]] = []
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for r in results:
         if r["must_agree"] and r["digest"] is not None:
-            groups.setdefault(r.get("digest_group", ""), []).append(r)
+            swept = None
+            if sweep_key is not None:
+                swept = VariantSpec.parse(r["variant"]).options.get(sweep_key)
+            groups.setdefault((r.get("digest_group", ""), swept), []).append(r)
     for members in groups.values():
         ordered: dict[str, list[str]] = {}
         for r in members:

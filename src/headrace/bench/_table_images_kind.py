@@ -72,10 +72,9 @@ class TableImagesKind(ParquetKind):
         ds, rd = workload.dataset, workload.reader
         refuse(ds, "width", "rows hold one image each, of image_hw")
         # Before the parquet kind's settings: the dataset's folder (its Storage) names them.
-        hw = ds.get("image_hw", [640, 640])
-        self.image_hw = (int(hw[0]), int(hw[1]))
-        self.noise = int(ds.get("noise", 80))
-        self.quality = int(ds.get("quality", 90))
+        self.image_hw = ds.pair("image_hw", (640, 640), least=None)  # its range: below
+        self.noise = ds.count("noise", 80, least=0)  # a whole number (int() read 2.5 as 2)
+        self.quality = ds.count("quality", 90, least=None)  # its range: below
         self.decode_threads = rd.count("decode_threads", default_decode_threads(), least=0)
         if min(self.image_hw) < 1 or not 1 <= self.quality <= 100:
             raise ConfigError(

@@ -18,6 +18,7 @@ local file only (``LOCAL_ONLY``): the CLI leaves them out of such a run.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,7 +41,12 @@ from headrace.bench._kind import (
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
 from headrace.errors import ConfigError
-from headrace.formats import TokenSource, write_megatron_index, write_token_sidecar
+from headrace.formats import (
+    TOKEN_DTYPES,
+    TokenSource,
+    write_megatron_index,
+    write_token_sidecar,
+)
 from headrace.pipeline import Loader
 from headrace.plan import host_slice, step_samples
 
@@ -71,10 +77,30 @@ class TokenPayload(Kind):
 
     def read_settings(self, workload: Any) -> None:
         """The TokenSource's window and block sizes, read-ahead depth, and this host's
-        slice of each batch, from the workload."""
+        slice of each batch, from the workload (``context`` and ``dtype`` set first).
+
+        The sizes are checked here, as TokenSource would check them: its refusals came
+        after the dataset was generated, and named its own arguments (``block_mib = 0``
+        said "block_bytes must be a multiple of 4096 (got 0)")."""
         rd, t = workload.reader, workload.train
-        self.window_bytes = int(float(rd.get("window_mib", 256)) * MiB)
-        self.block_bytes = int(float(rd.get("block_mib", 4)) * MiB)
+        window = float(rd.get("window_mib", 256))
+        block = float(rd.get("block_mib", 4))
+        if not (block > 0 and block * MiB % PAGE == 0):
+            raise ConfigError(
+                f"{rd.where}: block_mib must be a whole number of 4 KiB pages, > 0 (a "
+                f"multiple of 1/256 MiB, e.g. 4, 0.25 or 0.00390625); got {block:g}"
+            )
+        if not window > 0:
+            raise ConfigError(f"{rd.where}: window_mib must be > 0; got {window:g}")
+        self.window_bytes = int(window * MiB)
+        self.block_bytes = int(block * MiB)
+        least = (self.context + 1) * self.dtype.itemsize
+        if self.window_bytes < least:
+            raise ConfigError(
+                f"{rd.where}: window_mib = {window:g} cannot hold one sample: context + 1 = "
+                f"{self.context + 1} {self.dtype.name} tokens take {least} bytes; give "
+                f"window_mib >= {math.ceil(least / MiB * 1e4) / 1e4:g}"
+            )
         self.prefetch = rd.count("prefetch", 8, least=0)
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
 
@@ -132,12 +158,23 @@ class TokenKind(TokenPayload):
             "a variant option chooses how windows are filled: ?reads=populate (memory map, the "
             "default) or ?reads=pread",
         )
-        self.dtype = np.dtype(ds.get("dtype", "uint32"))
-        self.context = int(ds.get("context", 1024))
-        gib = float(ds.get("token_file_gib", 1.0))
-        if not gib > 0:
+        given = ds.get("dtype", "uint32")
+        self.dtype = np.dtype(given)
+        if self.dtype not in TOKEN_DTYPES:
+            # float32 ended in a traceback from the generator; int8 and uint64 were
+            # refused by the reader, once the whole token file had been written.
             raise ConfigError(
-                f"workload {workload.name!r}: token_file_gib must be > 0 (got {gib:g})"
+                f"{ds.where}: dtype = {given!r} is not a token type the reader "
+                f"takes: give {', '.join(repr(d.name) for d in TOKEN_DTYPES[:-1])} or "
+                f"{TOKEN_DTYPES[-1].name!r}"
+            )
+        # A whole number: int() read 10.5 as 10; 0 was refused by the reader, after the
+        # token file was written.
+        self.context: int = ds.count("context", 1024, least=1)
+        gib = float(ds.get("token_file_gib", 1.0))
+        if not (gib > 0 and math.isfinite(gib)):  # inf: int()'s OverflowError below
+            raise ConfigError(
+                f"{ds.where}: token_file_gib must be a finite number > 0; got {gib:g}"
             )
         self.num_tokens = int(gib * GiB) // self.dtype.itemsize
         if self.num_tokens < 2 * (self.context + 1):
@@ -288,14 +325,35 @@ def _naive(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     return GenStream(batches(), lambda: touched[0])
 
 
-def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -> Stream:
-    reads = spec.options.get("reads", "populate")
+def _reads(spec: VariantSpec) -> str:
+    """``?reads=``: how a local window is filled (the memory map's ``populate``, or ``pread``)."""
+    reads = str(spec.options.get("reads", "populate"))
     if reads not in ("populate", "pread"):
-        raise ConfigError(f"variant {spec.text!r}: reads must be 'populate' or 'pread'")
+        raise ConfigError(
+            f"variant {spec.text!r}: reads must be 'populate' or 'pread' (got {reads!r})"
+        )
+    return reads
+
+
+def _chunk_steps(spec: VariantSpec) -> dict[str, int]:
+    """``?chunk_steps=``: steps the Loader plans at once (``{}``: the Loader's default, as
+    users get it)."""
+    if "chunk_steps" not in spec.options:
+        return {}
+    n = spec.int("chunk_steps", 0)
+    if n < 1:
+        raise ConfigError(f"variant {spec.text!r}: chunk_steps must be >= 1 (got {n})")
+    return {"chunk_steps": n}
+
+
+#: The options of the Loader variants besides the [reader] keys (see :func:`variant`).
+_LOADER_OPTIONS = {"reads": _reads, "chunk_steps": _chunk_steps}
+
+
+def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -> Stream:
+    reads = _reads(spec)
     src = k.source() if k.store.remote else k.source(reads=reads)
-    # Chunking as users get it (the Loader's default) unless a variant asks otherwise.
-    chunking = {"chunk_steps": spec.int("chunk_steps", 0)} if "chunk_steps" in spec.options else {}
-    loader = k.loader(src, spec, steps, prefetch=prefetch, **chunking)
+    loader = k.loader(src, spec, steps, prefetch=prefetch, **_chunk_steps(spec))
     return GenStream(
         iter(loader),
         lambda: src.stats.bytes_read,
@@ -304,12 +362,12 @@ def _loader_stream(k: TokenKind, spec: VariantSpec, steps: int, prefetch: int) -
     )
 
 
-@variant(TokenKind, "headrace-sync")
+@variant(TokenKind, "headrace-sync", options=_LOADER_OPTIONS)
 def _headrace_sync(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     return _loader_stream(k, spec, steps, 0)
 
 
-@variant(TokenKind, "headrace-async")
+@variant(TokenKind, "headrace-async", options=_LOADER_OPTIONS)
 def _headrace_async(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     return _loader_stream(k, spec, steps, spec.int("prefetch", k.prefetch))
 
@@ -357,12 +415,8 @@ class MegatronKind(TokenKind):
 
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
-        self.document_tokens = int(workload.dataset.get("document_tokens", 4096))
-        if self.document_tokens < 1:
-            raise ConfigError(
-                f"workload {workload.name!r}: document_tokens must be >= 1 "
-                f"(got {self.document_tokens})"
-            )
+        # A whole number (int() read 2.5 as 2).
+        self.document_tokens: int = workload.dataset.count("document_tokens", 4096, least=1)
 
     @property
     def path(self) -> str:
@@ -404,5 +458,6 @@ class MegatronKind(TokenKind):
 
 # The Megatron kind reads through the same variants.
 MegatronKind.openers.update(TokenKind.openers)
+MegatronKind.variant_options.update(TokenKind.variant_options)
 MegatronKind.undigested = TokenKind.undigested
 MegatronKind.from_memory = TokenKind.from_memory

@@ -35,6 +35,7 @@ __all__ = [
     "TrainConfig",
     "Workload",
     "builtin_workloads",
+    "finite",
     "load_workload",
     "naming",
     "refuse",
@@ -59,6 +60,14 @@ def refuse(section: Mapping[str, Any], key: str, instead: str) -> None:
 
 #: The largest magnitude a ``[dataset]`` or ``[reader]`` number may have.
 MAX_NUMBER = 2**53
+
+
+def finite(where: str, key: str, value: float) -> float:
+    """``value``, refused unless it is a finite number: a setting that is a count, a size
+    or a time (``int()`` of infinity raised OverflowError, NaN passed every ``< 0``)."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: {key} must be a finite number; got {value!r}")
+    return value
 
 
 @contextmanager
@@ -109,11 +118,12 @@ class Section(dict[str, Any]):
         return self._like(key, self._checked(key, super().__getitem__(key)), default)
 
     @overload
-    def count(self, key: str, default: int, *, least: int) -> int: ...
+    def count(self, key: str, default: int, *, least: int | None) -> int: ...
     @overload
-    def count(self, key: str, default: None, *, least: int) -> int | None: ...
-    def count(self, key: str, default: int | None, *, least: int) -> int | None:
-        """Setting ``key``: a whole number ``>= least`` (``default`` where it is not set).
+    def count(self, key: str, default: None, *, least: int | None) -> int | None: ...
+    def count(self, key: str, default: int | None, *, least: int | None) -> int | None:
+        """Setting ``key``: a whole number ``>= least`` (``default`` where it is not set;
+        ``least=None``: any whole number, for a kind that checks the range itself).
 
         Checked where the file is read, so that ``bench --list``'s checks and a run refuse
         it before any dataset is generated, naming the file and key: a reader's own
@@ -123,18 +133,41 @@ class Section(dict[str, Any]):
         if value is None:
             return None
         whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not whole or value < least:
+        if isinstance(value, bool) or not whole or (least is not None and value < least):
+            at_least = "" if least is None else f" >= {least}"
             raise ConfigError(
-                f"{self.where}: {key} must be a whole number >= {least}; got {value!r}"
+                f"{self.where}: {key} must be a whole number{at_least}; got {value!r}"
             )
         return int(value)
+
+    def pair(self, key: str, default: tuple[int, int], *, least: int | None) -> tuple[int, int]:
+        """Setting ``key``: two whole numbers ``>= least`` (``image_hw = [640, 480]``;
+        ``least=None``: any, for a kind that checks the range itself).
+
+        ``[8]`` raised IndexError, ``[8.5, 8]`` was read as 8 x 8 and ``[0, 8]`` was
+        accepted by the files kind."""
+        value = self.get(key, default)
+        whole = [
+            isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+            for v in (value if isinstance(value, list | tuple) else ())
+        ]
+        if (
+            len(whole) != 2
+            or not all(whole)
+            or any(isinstance(v, bool) or (least is not None and v < least) for v in value)
+        ):
+            at_least = "" if least is None else f" >= {least}"
+            raise ConfigError(
+                f"{self.where}: {key} must be two whole numbers{at_least}, e.g. {key} = "
+                f"{list(default)}; got {value!r}"
+            )
+        return int(value[0]), int(value[1])
 
     def __getitem__(self, key: str) -> Any:
         self.read.add(key)
         value = self._checked(key, super().__getitem__(key))
-        if isinstance(value, float) and math.isinf(value):  # a key read without a default:
-            # a count (in_flight), which int() of infinity fails on with OverflowError
-            raise ConfigError(f"{self.where}: {key} must be a finite number; got {value!r}")
+        if isinstance(value, float):  # a key read without a default: a count (in_flight),
+            finite(self.where, key, value)  # which int() of infinity failed on (OverflowError)
         return value
 
     def _like(self, key: str, value: Any, default: Any) -> Any:
@@ -204,6 +237,11 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, kinds):
                 what = "an integer" if f.type == "int" else "a number"
                 raise ConfigError(f"train: {f.name} must be {what} (got {v!r})")
+            # computation_time = inf ended a run in time.sleep's OverflowError after the
+            # dataset was generated, and NaN passed every range check below ("nan s
+            # compute", and a bare NaN in the --json report).
+            if isinstance(v, float):
+                finite("train", f.name, v)
         if self.batch_size < 1 or self.steps < 1 or self.trials < 1 or self.warmup_steps < 0:
             raise ConfigError(
                 "train: batch_size, steps and trials must be >= 1 and warmup_steps >= 0 "

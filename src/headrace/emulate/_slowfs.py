@@ -44,6 +44,7 @@ from functools import partial
 from typing import Any
 
 from headrace._messages import said
+from headrace._output_path import check_output_path
 from headrace.emulate._lifeline import on_parent_exit
 from headrace.emulate._mounts import is_mounted
 from headrace.emulate._slowfs_config import SlowFSConfig
@@ -468,6 +469,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         _check_dirs(os.path.abspath(args.src), os.path.abspath(args.mnt))
+        if args.stats_file is not None:
+            # Checked with the other refusals, before "mounting" is said: a stats file in a
+            # missing folder failed after it, with exit 1 (until 2026-12-06).
+            check_output_path("--stats-file", args.stats_file)
     except ConfigError as exc:
         # By the flags given: it read "error: SlowFSConfig.read_latency_ms must be ...".
         text = re.sub(r"SlowFSConfig\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(exc))
