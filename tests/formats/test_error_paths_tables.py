@@ -15,6 +15,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
+import _ipc_bytes as ipc_bytes
 from headrace.errors import FormatError
 from headrace.formats import Ragged, Table
 
@@ -26,44 +27,6 @@ def _table() -> pa.Table:
     return pa.table(
         {"x": np.arange(ROWS, dtype=np.int64), "s": [f"row{i:04d}" for i in range(ROWS)]}
     )
-
-
-def _messages(raw: bytes) -> list[tuple[int, str]]:
-    """(byte, type) of each message of the IPC stream ``raw``."""
-    reader = pa.BufferReader(pa.py_buffer(raw))
-    out: list[tuple[int, str]] = []
-    while True:
-        at = reader.tell()
-        try:
-            message = ipc.read_message(reader)
-        except EOFError:  # the end-of-stream marker
-            return out
-        out.append((at, message.type))
-
-
-def _u32(raw: bytes | bytearray, at: int) -> int:
-    return int(struct.unpack_from("<I", raw, at)[0])
-
-
-def _field(raw: bytes | bytearray, table: int, slot: int) -> int:
-    """Where field ``slot`` of the flatbuffer table at byte ``table`` lies."""
-    vtable = table - struct.unpack_from("<i", raw, table)[0]
-    off = struct.unpack_from("<H", raw, vtable + 4 + 2 * slot)[0]
-    assert off, f"field {slot} is absent"
-    return table + int(off)
-
-
-def _buffer_entry(raw: bytes | bytearray, at: int, k: int) -> int:
-    """Where the ``k``-th Buffer (offset, length: two int64) of the record batch message at
-    byte ``at`` lies: Message.header (field 2), then RecordBatch.buffers (field 2)."""
-    meta = at + 8  # the continuation marker and the header's length
-    message = meta + _u32(raw, meta)
-    where = _field(raw, message, 2)
-    header = where + _u32(raw, where)
-    where = _field(raw, header, 2)
-    vector = where + _u32(raw, where)
-    assert k < _u32(raw, vector)
-    return vector + 4 + 16 * k
 
 
 @pytest.mark.parametrize(
@@ -82,15 +45,15 @@ def test_a_stream_whose_record_batch_places_a_buffer_pyarrow_cannot_read_names_t
     with ipc.new_stream(path, _table().schema) as w:
         w.write_table(_table(), max_chunksize=ROWS // 2)
     raw = bytearray(path.read_bytes())
-    kinds = _messages(bytes(raw))
+    kinds = ipc_bytes.messages(bytes(raw))
     assert [k for _, k in kinds] == ["schema", "record batch", "record batch"]
     at = kinds[2][0]  # the second record batch: its header reads, its buffers do not
     if damage == "misaligned":
-        entry = _buffer_entry(raw, at, 1)
+        entry = ipc_bytes.buffer_entry(raw, at, 1)
         offset, length = struct.unpack_from("<qq", raw, entry)
         struct.pack_into("<qq", raw, entry, offset + 4, length)
     else:
-        entry = _buffer_entry(raw, at, 4)
+        entry = ipc_bytes.buffer_entry(raw, at, 4)
         offset, _ = struct.unpack_from("<qq", raw, entry)
         struct.pack_into("<qq", raw, entry, offset, 5000)
     path.write_bytes(bytes(raw))
@@ -137,11 +100,11 @@ def test_the_buffers_the_damage_above_aims_at_are_those_pyarrow_wrote(tmp_path: 
     with ipc.new_stream(path, _table().schema) as w:
         w.write_table(_table(), max_chunksize=ROWS // 2)
     raw = path.read_bytes()
-    at = _messages(raw)[1][0]
-    entries = [struct.unpack_from("<qq", raw, _buffer_entry(raw, at, k)) for k in range(5)]
+    at = ipc_bytes.messages(raw)[1][0]
+    entries = [struct.unpack_from("<qq", raw, ipc_bytes.buffer_entry(raw, at, k)) for k in range(5)]
     # x: no validity (0 bytes), 100 int64; s: no validity, 101 int32 offsets, the values
     # (700 bytes, padded to the body's 8-byte end).
     assert [n for _, n in entries] == [0, 800, 0, 404, 704]
-    body = at + 8 + _u32(raw, at + 4)
+    body = at + 8 + ipc_bytes.u32(raw, at + 4)
     offset = entries[4][0]
     assert raw[body + offset : body + offset + 700] == b"".join(b"row%04d" % i for i in range(100))

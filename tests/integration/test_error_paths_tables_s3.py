@@ -23,6 +23,7 @@ import pytest
 from s3util import BUCKET, S3Fixture
 from s3util import store_options as options
 
+import _ipc_bytes as ipc_bytes
 from headrace.errors import FormatError
 from headrace.formats import Ragged, Table, TableSource, table_token_files
 from headrace.io import ObjectStore
@@ -46,54 +47,6 @@ def put(s3: S3Fixture) -> Put:
     return put
 
 
-def _messages(raw: bytes) -> list[tuple[int, str]]:
-    """(byte, type) of each message of the IPC stream ``raw``."""
-    reader = pa.BufferReader(pa.py_buffer(raw))
-    out: list[tuple[int, str]] = []
-    while True:
-        at = reader.tell()
-        try:
-            message = ipc.read_message(reader)
-        except EOFError:  # the end-of-stream marker
-            return out
-        out.append((at, message.type))
-
-
-def _u32(raw: bytes | bytearray, at: int) -> int:
-    return int(struct.unpack_from("<I", raw, at)[0])
-
-
-def _slot(raw: bytes | bytearray, table: int, slot: int) -> int:
-    """Where the vtable of the flatbuffer table at byte ``table`` keeps field ``slot``'s
-    place (an uint16 from the table; 0: absent)."""
-    vtable = table - int(struct.unpack_from("<i", raw, table)[0])
-    assert 4 + 2 * slot + 2 <= struct.unpack_from("<H", raw, vtable)[0]
-    return vtable + 4 + 2 * slot
-
-
-def _message(raw: bytes | bytearray, at: int) -> int:
-    """The Message table of the message at byte ``at`` (past the continuation marker and
-    the header's length)."""
-    return at + 8 + _u32(raw, at + 8)
-
-
-def _header(raw: bytes | bytearray, at: int) -> int:
-    """The header table (Message field 2) of the message at byte ``at``."""
-    message = _message(raw, at)
-    where = message + int(struct.unpack_from("<H", raw, _slot(raw, message, 2))[0])
-    return where + _u32(raw, where)
-
-
-def _buffer_entry(raw: bytes | bytearray, at: int, k: int) -> int:
-    """Where the ``k``-th Buffer (offset, length: two int64) of the record batch message at
-    byte ``at`` lies: RecordBatch field 2."""
-    header = _header(raw, at)
-    where = header + int(struct.unpack_from("<H", raw, _slot(raw, header, 2))[0])
-    vector = where + _u32(raw, where)
-    assert k < _u32(raw, vector)
-    return vector + 4 + 16 * k
-
-
 def test_a_dictionary_batch_without_a_header_is_named_when_the_object_is_opened(
     s3: S3Fixture, put: Put, tmp_path: Path
 ) -> None:
@@ -103,11 +56,11 @@ def test_a_dictionary_batch_without_a_header_is_named_when_the_object_is_opened(
     with ipc.new_stream(path, t.schema) as w:
         w.write_table(t)
     raw = bytearray(path.read_bytes())
-    kinds = _messages(bytes(raw))
+    kinds = ipc_bytes.messages(bytes(raw))
     assert [k for _, k in kinds] == ["schema", "dictionary", "record batch"]
     at = kinds[1][0]
     # The dictionary message's vtable: its header's place zeroed, the header is absent.
-    slot = _slot(raw, _message(raw, at), 2)
+    slot = ipc_bytes.slot(raw, ipc_bytes.message(raw, at), 2)
     assert struct.unpack_from("<H", raw, slot)[0]
     struct.pack_into("<H", raw, slot, 0)
     path.write_bytes(bytes(raw))
@@ -173,13 +126,13 @@ def test_token_lists_whose_header_gives_their_row_offsets_too_few_bytes_are_name
     files = table_token_files(url, store_options=options(s3))  # undamaged: packed
     assert files[0].num_tokens == sum(len(x) for x in ids)
     raw = bytearray(path.read_bytes())
-    kinds = _messages(bytes(raw))
+    kinds = ipc_bytes.messages(bytes(raw))
     assert [k for _, k in kinds] == ["schema", "record batch", "record batch"]
     at = kinds[2][0]
     # input_ids' buffers: its validity (0), its row offsets (1), the ids' validity and
     # values. The offsets of 50 rows are 51 int32; the header now says 8 bytes (inside
     # the body, so the walk passes it).
-    entry = _buffer_entry(raw, at, 1)
+    entry = ipc_bytes.buffer_entry(raw, at, 1)
     offset, length = struct.unpack_from("<qq", raw, entry)
     assert length == 51 * 4
     struct.pack_into("<qq", raw, entry, offset, 8)
