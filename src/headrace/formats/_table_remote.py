@@ -109,6 +109,7 @@ def resolve_urls(
         # A list may hold glob patterns, as a local one does: each one's matches in its
         # place (until 2026-12-06 each asked for as an object: "no such object").
         urls = list(path)
+        common_url_root(urls, "a table's files")  # (all object URLs of one bucket: first)
         globs = {k for k, u in enumerate(urls) if has_magic(u) and not u.startswith("http")}
         infos = iter(files.infos([u for k, u in enumerate(urls) if k not in globs]))
         listed = []
