@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -48,111 +49,79 @@ def load_report(path: str, *, reports: str = "two reports") -> dict[str, Any]:
     return report  # type: ignore[no-any-return]
 
 
-# The fields compare and plot read, and what each must be where a report has it (a
-# hand-made report may leave most out; null is none): until 2026-12-06 a null
-# batches_per_s, a "machine" that was a string, or "workloads": 5 ended in a traceback.
-_NUMBER, _WHOLE, _TEXT, _FLAG, _OBJECT, _LIST = (
-    "a number",
-    "a whole number",
-    "a string",
-    "true or false",
-    "an object",
-    "a list",
-)
-_TOP = {"sweep": _TEXT, "command": _LIST, "machine": _OBJECT, "workloads": _LIST}
-_MACHINE = {
-    "cpu_model": _TEXT,
-    "cores": _WHOLE,
-    "cores_usable": _WHOLE,
-    "memory_bytes": _NUMBER,
-    "storage": _OBJECT,
+# What each JSON type is in Python (a bool is no number, as JSON Schema has it).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+    "null": (type(None),),
 }
-_WORKLOAD = {
-    "name": _TEXT,
-    "workload": _OBJECT,
-    "storage": _TEXT,
-    "slowfs": _OBJECT,
-    "s3": _OBJECT,
-    "au_threshold": _NUMBER,
-}
-_DEFINITION = {"kind": _TEXT, "dataset": _OBJECT, "train": _OBJECT}
-_TRAIN = {"batch_size": _WHOLE, "steps": _WHOLE, "trials": _WHOLE}
-_RESULT = {
-    "digest": _TEXT,
-    "canonical_digest": _TEXT,
-    "digest_compared": _TEXT,
-    "steps": _WHOLE,
-    "steps_per_trial": _WHOLE,
-    "mb_per_s": _NUMBER,
-    "gb_per_s": _NUMBER,
-    "fresh_pass_s": _NUMBER,
-    "fresh_passes_s": _LIST,
-    "stages": _OBJECT,
-    "batches_per_s_spread": _OBJECT,
-    "ratio_to_baseline": _NUMBER,
-    "ratio_to_memcpy": _NUMBER,
-    "au": _NUMBER,
-    "au_pass": _FLAG,
-    "max_accelerators": _WHOLE,
-    "read_ahead": _FLAG,
-}
-_REQUIRED = {"workload": _TEXT, "variant": _TEXT, "batches_per_s": _NUMBER}
 
 
-def _is(value: Any, kind: str) -> bool:
-    if kind in (_NUMBER, _WHOLE):
-        number = int if kind == _WHOLE else (int, float)
-        return isinstance(value, number) and not isinstance(value, bool)
-    want = {_TEXT: str, _FLAG: bool, _OBJECT: dict, _LIST: list}[kind]
-    return isinstance(value, want)
+def _schema() -> dict[str, Any]:
+    """The report's JSON Schema, shipped beside this module (report.schema.json)."""
+    with open(os.path.join(os.path.dirname(__file__), "report.schema.json")) as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def _of_type(value: Any, types: str | list[str]) -> bool:
+    kinds = [types] if isinstance(types, str) else types
+    return any(
+        isinstance(value, _TYPES[k]) and not (isinstance(value, bool) and k != "boolean")
+        for k in kinds
+    )
+
+
+#: What a type is called in a refusal.
+_SAID = {
+    "string": "a string",
+    "integer": "a whole number",
+    "number": "a number",
+    "boolean": "true or false",
+    "object": "an object",
+    "array": "a list",
+    "null": "null",
+}
+#: A result's fields that may not be null (compare and plot name and rate results by them).
+_NAMED = ("workload", "variant", "batches_per_s")
 
 
 def _check_types(path: str, report: dict[str, Any]) -> None:
-    """Refuse a report a field of which compare or plot reads is of another type,
-    naming the file and the field (``results[0].batches_per_s``)."""
+    """Refuse a report a field of which is of another type than the report's schema
+    says, naming the file and the field (``results[0].batches_per_s``): until 2026-12-06
+    a null batches_per_s, a "machine" that was a string, or "workloads": 5 ended compare
+    or plot in a traceback. A field left out is let be (hand-made reports leave most
+    out), as is a null one but a result's workload, variant and batches_per_s."""
 
-    def bad(field: str, value: Any, kind: str) -> ConfigError:
+    def refuse(where: str, value: Any, types: str | list[str]) -> ConfigError:
         shown = json.dumps(value)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        kinds = [types] if isinstance(types, str) else [t for t in types if t != "null"]
+        said = " or ".join(_SAID[k] for k in kinds)
         return ConfigError(
-            f"{path}: {field} is {shown}, expected {kind}; give a report written by "
-            "'headrace bench --json'"
+            f"{path}: {where or 'the report'} is {shown}, expected {said}; give a report "
+            "written by 'headrace bench --json'"
         )
 
-    def fields(obj: dict[str, Any], where: str, kinds: dict[str, str], null: bool = True) -> None:
-        for key, kind in kinds.items():
-            value = obj.get(key)
-            if (value is None and null) or _is(value, kind):
-                continue
-            raise bad(f"{where}{key}", value, kind)
+    def walk(value: Any, schema: dict[str, Any], where: str) -> None:
+        types = schema.get("type")
+        named = where.rpartition(".")[2] in _NAMED and where.startswith("results[")
+        if types is not None and (value is not None or named) and not _of_type(value, types):
+            raise refuse(where, value, types)
+        if isinstance(value, dict):
+            others = schema.get("additionalProperties")
+            for key, v in value.items():
+                sub = schema.get("properties", {}).get(key, others)
+                if isinstance(sub, dict):
+                    walk(v, sub, f"{where}.{key}" if where else key)
+        elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+            for i, v in enumerate(value):
+                walk(v, schema["items"], f"{where}[{i}]")
 
-    fields(report, "", _TOP)
-    machine = report.get("machine") or {}
-    fields(machine, "machine.", _MACHINE)
-    fields(machine.get("storage") or {}, "machine.storage.", {"fstype": _TEXT})
-    for i, w in enumerate(report.get("workloads") or []):
-        if not isinstance(w, dict):
-            raise bad(f"workloads[{i}]", w, _OBJECT)
-        at = f"workloads[{i}]."
-        fields(w, at, _WORKLOAD)
-        definition = w.get("workload") or {}
-        fields(definition, f"{at}workload.", _DEFINITION)
-        fields(definition.get("train") or {}, f"{at}workload.train.", _TRAIN)
-        fields(w.get("slowfs") or {}, f"{at}slowfs.", {"read_latency_ms": _NUMBER})
-        fields(w.get("s3") or {}, f"{at}s3.", {"latency_ms": _NUMBER})
-    for i, r in enumerate(report["results"]):
-        at = f"results[{i}]."
-        fields(r, at, _REQUIRED, null=False)
-        fields(r, at, _RESULT)
-        fields(r.get("stages") or {}, f"{at}stages.", {"wall_s": _NUMBER})
-        spread = r.get("batches_per_s_spread") or {}
-        fields(spread, f"{at}batches_per_s_spread.", {"min": _NUMBER, "max": _NUMBER})
-        for j, v in enumerate(r.get("fresh_passes_s") or []):
-            if not _is(v, _NUMBER):
-                raise bad(f"{at}fresh_passes_s[{j}]", v, _NUMBER)
-    for i, arg in enumerate(report.get("command") or []):
-        if not _is(arg, _TEXT):
-            raise bad(f"command[{i}]", arg, _TEXT)
+    walk(report, _schema(), "")
 
 
 def _rate(r: dict[str, Any]) -> float:
