@@ -227,8 +227,8 @@ def test_a_sweep_with_an_empty_value_is_refused(sweep: str) -> None:
     [
         (
             ["--variants", "naive,headrace-sync?seed=5&seed=0"],
-            r"variant 'headrace-sync\?seed=5&seed=0' of workload 'tokens' gives option 'seed' "
-            r"2 times \(seed=5, seed=0\): give each option once",
+            r"variant 'headrace-sync\?seed=5&seed=0': option 'seed' is given twice "
+            r"\(seed=5, seed=0\): give each option once",
         ),
         (
             ["--variants", "naive,headrace-sync?seed=5", "--sweep", "seed=0,1"],

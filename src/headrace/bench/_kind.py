@@ -188,6 +188,11 @@ class VariantSpec:
             key, eq, value = part.partition("=")
             if not eq or not key:
                 raise ConfigError(f"variant {text!r}: option {part!r} is not key=value")
+            if key in options:  # (ran with the last value, under a name that showed both)
+                raise ConfigError(
+                    f"variant {text!r}: option {key!r} is given twice ({key}={options[key]}, "
+                    f"{key}={value}): give each option once"
+                )
             options[key] = value
         return cls(name=name, options=options, text=text)
 

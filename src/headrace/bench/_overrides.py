@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from headrace.bench._args import parse_sweep, refuse_unused_sizes, size_changes, slowfs_config
+from headrace.bench._kind import VariantSpec
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError
 
@@ -75,19 +76,17 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
             )
         changes["variants"] = given
     wl = wl.replace(**changes) if changes else wl
-    for v in wl.variants:
-        _refuse_repeated_options(wl, v)
     if getattr(args, "sweep", None):
         key, values = parse_sweep(args.sweep)
         specs = []
         for v in wl.variants:
-            own = _options(v).get(key)
-            if own:
+            own = VariantSpec.parse(v).options.get(key)
+            if own is not None:
                 # "headrace-sync?seed=5" under --sweep seed=0 ran "headrace-sync?seed=5&seed=0"
                 # (the last wins): seed 0 under the name of seed 5, or the sweep undone.
                 raise ConfigError(
                     f"--sweep {args.sweep!r}: variant {v!r} of workload {wl.name!r} sets "
-                    f"{key}={own[0]} itself, and the sweep would replace it: drop {key} from "
+                    f"{key}={own} itself, and the sweep would replace it: drop {key} from "
                     f"the variant, or sweep another key"
                 )
             for value in values:
@@ -95,27 +94,6 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
                 specs.append(f"{v}{sep}{key}={value}")
         wl = wl.replace(variants=tuple(specs))
     return wl
-
-
-def _options(spec: str) -> dict[str, list[str]]:
-    """The values each option key of a variant spec (``name?key=value&...``) is given."""
-    out: dict[str, list[str]] = {}
-    for part in filter(None, spec.partition("?")[2].split("&")):
-        key, _, value = part.partition("=")
-        out.setdefault(key, []).append(value)
-    return out
-
-
-def _refuse_repeated_options(wl: Workload, spec: str) -> None:
-    """A spec that gives a key twice (``headrace-sync?seed=5&seed=0``) ran with the last
-    value, under a name that shows both."""
-    for key, values in _options(spec).items():
-        if len(values) > 1:
-            raise ConfigError(
-                f"variant {spec!r} of workload {wl.name!r} gives option {key!r} "
-                f"{len(values)} times ({', '.join(f'{key}={v}' for v in values)}): "
-                "give each option once"
-            )
 
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
