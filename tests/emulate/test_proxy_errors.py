@@ -264,11 +264,22 @@ def test_the_port_of_a_proxy_not_started_is_a_clear_error() -> None:
 
 
 @pytest.mark.usefixtures("no_leaks")
-def test_an_upstream_stalled_mid_body_is_a_504_not_a_bare_close() -> None:
+@pytest.mark.parametrize(
+    ("sent", "said"),
+    [
+        (b"", "sent no response within 0.2 s"),  # reads the request, never answers
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 300,
+            "sent only part of its response body within 0.2 s",
+        ),
+    ],
+    ids=["before its head", "mid-body"],
+)
+def test_an_upstream_gone_silent_is_a_504_naming_the_wait(sent: bytes, said: str) -> None:
     release = threading.Event()
 
     def stall(conn: socket.socket) -> None:
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 300)
+        conn.sendall(sent)
         release.wait(10)  # silent, connection open, until the test is done
 
     upstream = _Upstream(stall)
@@ -279,23 +290,7 @@ def test_an_upstream_stalled_mid_body_is_a_504_not_a_bare_close() -> None:
         release.set()
         upstream.close()
     assert status == 504
-    assert body.decode() == (
-        f"upstream {upstream.url} sent only part of its response body within 0.2 s"
-    )
-
-
-@pytest.mark.usefixtures("no_leaks")
-def test_an_upstream_silent_before_its_head_is_a_504_naming_the_wait() -> None:
-    release = threading.Event()
-    upstream = _Upstream(lambda conn: release.wait(10))  # reads the request, never answers
-    try:
-        with LatencyProxy(upstream.url, upstream_timeout_s=0.2) as proxy:
-            status, body = _get(proxy.port)
-    finally:
-        release.set()
-        upstream.close()
-    assert status == 504
-    assert body.decode() == f"upstream {upstream.url} sent no response within 0.2 s"
+    assert body.decode() == f"upstream {upstream.url} {said}"
 
 
 @pytest.mark.usefixtures("no_leaks")
