@@ -11,6 +11,7 @@ shapes, and NPZ or TFRecord files whose keys came in another order failed on a b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,8 @@ def test_a_ragged_keys_shapes_are_not_hidden_by_a_files_own(tmp_path: Path) -> N
     src = FileSource(tmp_path, format="npz", shuffle="none")
     with pytest.raises(
         ConfigError,
-        match=r"the samples' 'x' differ in shape, so a batch gives their shapes as "
+        match=rf"{re.escape(str(tmp_path))}: the samples' 'x' differ in shape, so a batch gives "
+        r"their shapes as "
         r"'x_shape', which the files hold themselves; leave one of them out",
     ):
         src.read(0, np.arange(2))

@@ -85,8 +85,9 @@ class IterableFiles(Closing):
                     of.append(f)
                     if len(samples) == self.batch_size:
                         self.source._count_read(np.asarray(of, dtype=np.int64), self.window.stats)
+                        where = self.source.files.url or "the files"
                         yield self.source.labelled(
-                            stack_samples(samples, np.asarray(index, dtype=np.int64))
+                            stack_samples(samples, np.asarray(index, np.int64), where=where)
                         )
                         samples, index, of = [], [], []
         finally:

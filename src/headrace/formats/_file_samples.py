@@ -187,9 +187,12 @@ def stack_samples(
     samples: Sequence[Sample],
     index: NDArray[np.int64],
     slots: Mapping[str, ImageSlots] | None = None,
+    *,
+    where: str = "the files",
 ) -> dict[str, NDArray[Any]]:
     """One batch: arrays stacked per key, or object arrays plus shapes when they differ;
-    ``slots[key]``: where that key's samples were decoded in place (the same arrays)."""
+    ``slots[key]``: where that key's samples were decoded in place (the same arrays);
+    ``where``: the dataset, as errors name it."""
     batch: dict[str, NDArray[Any]] = {"index": index}
     if not samples:
         return batch
@@ -215,7 +218,7 @@ def stack_samples(
         batch[k] = ragged
         if (shape_key := f"{k}_shape") in samples[0]:  # not corrupt: to be left out
             raise ConfigError(
-                f"the samples' {k!r} differ in shape, so a batch gives their shapes as "
+                f"{where}: the samples' {k!r} differ in shape, so a batch gives their shapes as "
                 f"{shape_key!r}, which the files hold themselves; leave one of them out "
                 "(datasets=(...); MDSSource: columns=[...])"
             )

@@ -583,7 +583,10 @@ class FileSource(Closing):
             self._replace(seed, samples, index, picked, bad)
         into = {"image": slots} if slots is not None else None
         # (No error is left in picked; index names the samples delivered, replacements too.)
-        return self.labelled(stack_samples(cast(list[Sample], picked), index, into))
+        batch = stack_samples(
+            cast(list[Sample], picked), index, into, where=self.files.url or "the files"
+        )
+        return self.labelled(batch)
 
     def _file_classes(self) -> tuple[tuple[str, ...], NDArray[np.int32]]:
         """The classes and each file's class number (``labels=``)."""

@@ -442,7 +442,7 @@ class MDSSource(Closing):
             self._decode(p, int(s), int(i))
             for p, s, i in zip(pieces, shard.tolist(), local.tolist(), strict=True)
         ]
-        return stack_samples(decoded, index)
+        return stack_samples(decoded, index, where=self.root)
 
     def _fixed_batch(
         self, pieces: list[NDArray[np.uint8]], index: NDArray[np.int64]
