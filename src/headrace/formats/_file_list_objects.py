@@ -37,14 +37,33 @@ def object_glob(
     glob, a pattern names what it wants: no extension filter, nothing hidden counted."""
     from headrace.io import ObjectStore
 
+    if not _is_pattern(url):
+        return None
+    if listing is not None:  # a worker's copy: the objects its parent matched
+        return remote_list(ObjectStore(glob_root(url), **options), listing, options, cache)
+    found = _glob_matches(url, options)
+    if found is None:
+        return None
+    store, listed = found
+    return remote_list(store, columns(listed), options, cache)
+
+
+def _is_pattern(url: str) -> bool:
+    # (http(s) servers cannot list; a wildcard in a bucket's name is none)
     path = url.partition("://")[2]
-    if url.startswith(("http://", "https://")) or not has_magic(path.partition("/")[2]):
-        return None  # (http(s) servers cannot list; a wildcard in a bucket's name is none)
+    return not url.startswith(("http://", "https://")) and has_magic(path.partition("/")[2])
+
+
+def _glob_matches(
+    url: str, options: Mapping[str, Any]
+) -> tuple[Any, list[tuple[str, int, str | None]]] | None:
+    """The store at a pattern's root, open, and the (key, size, ETag) of each object
+    it matches; ``None`` where it names an object or prefix as written."""
+    from headrace.io import ObjectStore
+
     base = glob_root(url)
     store = ObjectStore(base, **options)
     try:
-        if listing is not None:  # a worker's copy: the objects its parent matched
-            return remote_list(store, listing, options, cache)
         every = [(k, i.size, i.etag) for k, i in store.list_info()]
         exists = listed_exists(sorted(f"{base}/{k}" for k, _, _ in every))
         escaped, literal = literal_parts(url, exists)
@@ -59,7 +78,7 @@ def object_glob(
                 f"{base}/); pass a pattern that matches the files, the prefix, or a list of "
                 "object URLs" + ESCAPE_HINT
             )
-        return remote_list(store, columns(listed), options, cache)
+        return store, listed
     except BaseException:
         store.close()
         raise
@@ -184,7 +203,8 @@ def url_list(
 ) -> FileList:
     """A list of object URLs under one bucket (container): keys relative to the
     deepest prefix they share, sizes and ETags by HEADs all in flight at once
-    (``listing``: a worker copy's, no HEAD)."""
+    (``listing``: a worker copy's, no HEAD). Glob patterns among them stand for the
+    objects they match (listed, no HEAD), in their place, as in a list of local paths."""
     from headrace.formats._object_files import ObjectFiles, common_url_root, named_url, opened_at
     from headrace.io import ObjectStore
 
@@ -194,28 +214,34 @@ def url_list(
     # Named once: a name decoded twice is another file's (100%2541 -> 100%41 -> 100A).
     pairs = sorted((named_url(u), u) for u in urls)
     urls = [named for named, _ in pairs]
-    if listing is None:
-        refuse_repeats(urls, "samples")
-    root = common_url_root(urls, "a dataset's files", named=True)
     options = check_store_options(store_options, remote=True)
-    keys = [u[len(root) + 1 :] for u in urls]
-    listed: Listing
     if listing is not None:
-        listed = (keys, listing[1], listing[2])
-    else:
+        root = common_url_root(urls, "a dataset's files", named=True)
+        listed: Listing = ([u[len(root) + 1 :] for u in urls], listing[1], listing[2])
+        return remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)
+    refuse_repeats(urls, "samples")
+    common_url_root(urls, "a dataset's files", named=True)  # (one bucket: before listing)
+    rows: list[tuple[str, int, str | None]] = []  # (named URL, size, ETag)
+    plain: list[tuple[str, str]] = []
+    for named, given in pairs:
+        found = _glob_matches(given, options) if _is_pattern(given) else None
+        if found is None:
+            plain.append((named, given))
+            continue
+        store, matched = found
+        store.close()
+        at = named_url(glob_root(given))
+        rows += [(f"{at}/{k}", size, etag) for k, size, etag in matched]
+    if plain:
         heads = ObjectFiles(options)
         try:
-            infos = heads.infos([given for _, given in pairs])  # (each named once there)
-            listed = (keys, [i.size for i in infos], [i.etag for i in infos])
-        except ObjectNotFoundError as exc:
-            wild = [u for u in urls if has_magic(u.partition("://")[2])]
-            if wild:
-                exc.add_note(
-                    f"a list of object URLs names objects, and {wild[0]!r} is not one: a "
-                    "glob pattern of objects is read alone (FileSource('s3://bucket/train/"
-                    "*.jpg')); a list of local paths may hold patterns"
-                )
-            raise
+            infos = heads.infos([given for _, given in plain])  # (each named once there)
         finally:
             heads.close()
+        rows += [(named, i.size, i.etag) for (named, _), i in zip(plain, infos, strict=True)]
+    rows.sort()
+    refuse_repeats([u for u, _, _ in rows], "samples")  # (patterns that overlap)
+    root = common_url_root([u for u, _, _ in rows], "a dataset's files", named=True)
+    keys = [u[len(root) + 1 :] for u, _, _ in rows]
+    listed = (keys, [s for _, s, _ in rows], [e for _, _, e in rows])
     return remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)

@@ -91,8 +91,8 @@ class FileSource(Closing):
 
     ``files``: a local directory (every file with the format's extension,
     recursively, through symbolic links), a glob pattern or an iterable of local
-    paths, an object-store URL prefix
-    (``s3://bucket/prefix``; ``store_options`` go to
+    paths (and patterns), an object-store URL prefix or glob, or a list of object URLs
+    (and globs) in one bucket (``s3://bucket/prefix``; ``store_options`` go to
     :class:`headrace.io.ObjectStore`). Options are :class:`FileSourceConfig`
     fields, or pass ``config``.
     """
