@@ -31,17 +31,19 @@ def _config(name: str) -> Path:
 
 # What each config maps to at --scale 1 --record-scale 1: dataset keys, reader keys, and
 # (batch, steps per epoch, epochs, compute mean, compute stdev); "shown" is the format
-# as the description names it.
+# as the description names it. Reader keys are (decode_threads, in_flight, prefetch): with
+# data_loader pytorch, prefetch is what DLIO's torch DataLoader queues, read_threads
+# workers x ceil(prefetch_size / read_threads) batches (was prefetch_size: 2 for UNet3D).
 MAPS: dict[str, dict[str, Any]] = {
     "unet3d_a100": {
         "ds": ("npz", 168, 1, 146_600_628, 68_341_808),
-        "rd": (4, 8, 2),
+        "rd": (4, 8, 4),
         "train": (7, 24, 5, 0.636, 0.0),
         "shown": "npz",
     },
     "unet3d_v100": {
         "ds": ("npz", 168, 1, 146_600_628, 68_341_808),
-        "rd": (4, 8, 2),
+        "rd": (4, 8, 4),
         "train": (4, 42, 5, 1.3604, 0.0),
         "shown": "npz",
     },
@@ -54,13 +56,13 @@ MAPS: dict[str, dict[str, Any]] = {
     },
     "unet3d_h100_s3": {
         "ds": ("npz", 168, 1, 146_600_628, 0),
-        "rd": (4, 8, 2),
+        "rd": (4, 8, 4),
         "train": (7, 24, 7, 0.323, 0.0),
         "shown": "npz",
     },
     "resnet50_v100": {
         "ds": ("png", 1_281_167, 1, 114_660, None),
-        "rd": (8, 16, 2),
+        "rd": (8, 16, 8),
         "train": (64, 20_018, 1, 0.195, 0.0),
         "shown": "png",
     },
@@ -73,7 +75,7 @@ MAPS: dict[str, dict[str, Any]] = {
     # "epoch: 5" is not DLIO's key: DLIO runs its default of 1 epoch, as here
     "resnet50_h100_dlio": {
         "ds": ("npy", 1_281_167, 1251, 114_660, 0),
-        "rd": (8, 16, 2),
+        "rd": (8, 16, 8),
         "train": (64, 1_281_167 * 1251 // 64, 1, 0.103, 0.0),
         "shown": "tfrecord as npy",
     },
@@ -86,7 +88,7 @@ MAPS: dict[str, dict[str, Any]] = {
     # no batch_size: DLIO's 1
     "resnet50_jpeg": {
         "ds": ("jpeg", 1024, 1, 150_528, None),
-        "rd": (8, 16, 2),
+        "rd": (8, 16, 8),
         "train": (1, 1024, 1, 0.1, 0.0),
         "shown": "jpeg",
     },
@@ -181,7 +183,7 @@ NAMED = {
     ],
     "resnet50_h100_dlio": ["dataset.record_length_resize"],
     "bert_v100": ["checkpoint", "reader.transfer_size", "train.seed_change_epoch"],
-    "dlrm": ["evaluation", "workflow.do_eval", "dataset.num_files_eval", "train.total_eval_steps"],
+    "dlrm": ["dataset.num_files_eval", "train.total_eval_steps"],
     "dlrm_s3dlio_file": [],
     "default": ["evaluation", "workflow.evaluation", "dataset.num_subfolders_train"],
     "llama_7b": ["checkpoint", "model.tensor_parallelism"],
@@ -197,6 +199,8 @@ UNKNOWN = {
     "resnet50_v100": ["dataset.record_length_std (did you mean record_length_stdev?)"],
     # a top-level section DLIO does not read (it reads model.transformer)
     "llama_7b": ["transformer"],
+    # DLIO reads workflow.evaluation: with do_eval it does not evaluate (its default)
+    "dlrm": ["workflow.do_eval (did you mean evaluation?)"],
 }
 # Keys that are modelled (or inert here), never named as not modelled.
 NOT_NAMED = {
@@ -204,6 +208,9 @@ NOT_NAMED = {
     "unet3d_h100_s3": ["checkpoint", "storage.storage_options.endpoint_url"],
     "default": ["dataset.format", "reader.batch_size", "train.epochs"],
     "resnet50_v100": ["dataset.record_length_std", "reader.read_threads"],
+    # an evaluation section DLIO does not act on: workflow.evaluation is not on (do_eval is
+    # not DLIO's key), and DLIO's default is off; it read "not modelled: evaluation"
+    "dlrm": ["evaluation", "workflow.do_eval"],
 }
 
 

@@ -334,14 +334,19 @@ def test_the_docs_table_of_keys_is_what_the_kinds_read(tmp_path: Path) -> None:
 
 
 def test_dlio_keys_not_modelled_are_named_in_the_plan(tmp_path: Path) -> None:
-    # A checkpoint section changes what DLIO measures; the mapping does not model it,
-    # so the plan says so. preprocess_time (simulated per-sample work) is modelled.
+    # A checkpoint section that workflow turns on changes what DLIO measures; the mapping
+    # does not model it, so the plan says so. preprocess_time (simulated per-sample work)
+    # is modelled. (Without workflow.checkpoint, DLIO's default is off: nothing to name.)
     text = (SHIPPED / "resnet50_h100.yaml").read_text()
     text = text.replace("  prefetch_size: 2", "  prefetch_size: 2\n  preprocess_time: 0.01")
+    text = text.replace("  train: True\n", "  train: True\n  checkpoint: True\n", 1)
     (tmp_path / "r.yaml").write_text(text + "checkpoint:\n  checkpoint_folder: ckpt\n")
     wl = dlio_workload(str(tmp_path / "r.yaml"), scale=0.01)
     plan = _plan(wl)
-    assert "not modelled: checkpoint, reader.computation_threads, reader.data_loader)" in plan
+    assert (
+        "not modelled: checkpoint, reader.computation_threads, reader.data_loader, "
+        "workflow.checkpoint)" in plan
+    )
     for read in (
         "batch_size",
         "read_threads",

@@ -19,8 +19,8 @@ scaled dataset is less than one file (DLIO's LLM and DLRM configs are one file o
 up to 4.2 G samples), the one file holds that share of the samples instead.
 
 DLIO's own defaults stand where a key is left out: ``format`` tfrecord,
-``read_threads`` 1, ``prefetch_size`` 2 (its data loaders' queue), the seed
-from ``train.seed``.
+``read_threads`` 1, ``prefetch_size`` 2 (its data loaders' queue; the pytorch one holds
+``ceil(prefetch_size / read_threads)`` per read thread), the seed from ``train.seed``.
 
 ``storage_type: s3`` reads the dataset from ``s3://<storage_root>/<data_folder>`` at
 ``storage_options.endpoint_url`` (credentials from the usual AWS variables),
@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from headrace.bench._dlio_keys import not_modelled, unknown_keys
 from headrace.bench._files_kind import photo
 from headrace.bench._workload import TrainConfig, Workload
 from headrace.errors import ConfigError
@@ -90,6 +91,27 @@ def _loader(yaml: Any) -> Any:
                 )
             super().fetch_flow_collection_start(token_class)
 
+        # OmegaConf's loader refuses a key given twice in one mapping, so DLIO never runs
+        # such a file; PyYAML keeps the last, and a second "reader:" section dropped the
+        # first one's batch_size without a word. Only string keys, as OmegaConf checks.
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag != "tag:yaml.org,2002:str":
+                    continue
+                line = key_node.start_mark.line + 1
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        problem=(
+                            f"{key_node.value!r} is given twice, lines {seen[key_node.value]} "
+                            f"and {line} (DLIO (OmegaConf) refuses a duplicate key: merge "
+                            "them into one): the second"
+                        ),
+                        problem_mark=key_node.start_mark,
+                    )
+                seen[key_node.value] = line
+            return super().construct_mapping(node, deep=deep)
+
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
     return Loader
 
@@ -131,7 +153,16 @@ def _storage(
             f"{path}: storage.storage_type {stype!r} is not supported: local_fs or s3"
         )
     out: dict[str, Any] = {"storage": "s3"}
-    bucket = str(storage.get("storage_root") or "").strip("/")
+    root = str(storage.get("storage_root") or "")
+    if "://" in root:
+        # DLIO passes storage_root to its S3 client as the bucket's name: a URL there read
+        # as s3://s3://bucket/<folder> (bucket "s3:"), and failed only once the run began.
+        bucket = root.partition("://")[2].strip("/").partition("/")[0] or "BUCKET"
+        raise ConfigError(
+            f"{path}: storage.storage_root {root!r} is a URL: DLIO takes the bucket's name "
+            f"there; give storage_root: {bucket} (the data_folder is the prefix in it)"
+        )
+    bucket = root.strip("/")
     if folder.startswith("s3://"):  # unet3d_h100_s3.yaml: the folder is the URL already
         out["storage_url"] = folder.rstrip("/")
     elif bucket and bucket != ".":
@@ -150,173 +181,6 @@ def _storage(
         if len(endpoints) > 1:
             note = f"; endpoint_url: the first of {len(endpoints)} (DLIO's rank 0)"
     return out, note
-
-
-# The DLIO keys this mapping reads, per section; every other key of the YAML is
-# named in the workload's description as not modelled, never dropped silently.
-_READ: dict[str, frozenset[str]] = {
-    "dataset": frozenset(
-        {
-            "data_folder",
-            "format",
-            "num_files_train",
-            "num_samples_per_file",
-            "record_length",
-            "record_length_bytes",
-            "record_length_bytes_stdev",
-            "record_dims",
-            "record_element_type",
-            "record_length_stdev",
-        }
-    ),
-    "reader": frozenset(
-        {
-            "batch_size",
-            "odirect",
-            "prefetch_size",
-            "preprocess_time",
-            "preprocess_time_stdev",
-            "read_threads",
-            "seed",
-        }
-    ),
-    "train": frozenset(
-        {"computation_time", "computation_time_stdev", "epochs", "seed", "total_training_steps"}
-    ),
-    "metric": frozenset({"au"}),
-    "storage": frozenset({"storage_options", "storage_root", "storage_type"}),
-    "model": frozenset({"name"}),
-}
-_READ["data_reader"] = _READ["reader"]  # DLIO's other name for the reader section
-# The keys DLIO itself reads in the sections this mapping reads (its utils/config.py
-# LoadConfig, 2025; older names its shipped configs still use): a key of these sections
-# that is neither read here nor DLIO's is a typo, or another tool's, that DLIO ignores
-# too. It is named apart from the keys not modelled, with the closest known key
-# ("train.computation_tme": a run without compute, said only as "not modelled" before).
-_DLIO_KEYS: dict[str, frozenset[str]] = {
-    "dataset": frozenset(
-        {
-            "chunk_size",
-            "compression",
-            "compression_level",
-            "daos_cont",
-            "daos_pool",
-            "enable_chunking",
-            "eval_num_samples_per_file",
-            "file_prefix",
-            "generation_buffer_size",
-            "hdf5",
-            "keep_files",
-            "num_files_eval",
-            "num_subfolders_eval",
-            "num_subfolders_train",
-            "record_element_bytes",
-            "record_length_bytes_resize",
-            "record_length_resize",
-        }
-    ),
-    "reader": frozenset(
-        {
-            "batch_size_eval",
-            "computation_threads",
-            "data_loader",
-            "data_loader_classname",
-            "data_loader_sampler",
-            "dont_use_mmap",
-            "file_access",
-            "file_shuffle",
-            "multiprocessing_context",
-            "pin_memory",
-            "read_type",
-            "reader_classname",
-            "sample_shuffle",
-            "shuffle_size",
-            "transfer_size",
-            "transformed_record_dims",
-            "transformed_record_element_type",
-        }
-    ),
-    "train": frozenset({"seed_change_epoch", "total_eval_steps"}),
-    # DLIO reads metric.au and storage's storage_type, storage_root and storage_options
-    # only, as this mapping does: "metric.auu" and "storage.storage_tpye" were named "not
-    # modelled", as if DLIO read them (it leaves its defaults, local_fs and 0.90, as here).
-    "metric": frozenset(),
-    "storage": frozenset(),
-}
-_DLIO_KEYS["data_reader"] = _DLIO_KEYS["reader"]
-# storage_options keys read (the rest, e.g. credentials: AWS_* variables here).
-_OPTIONS = frozenset({"endpoint_url", "endpoint"})
-# Sections that say how DLIO itself runs, not what is read or computed.
-_RUNNER = frozenset({"framework", "workflow", "output", "hydra", "profiling", "logging"})
-# output.metric as headrace measures AU: each epoch's first step left out, as DLIO's own
-# defaults do (_au.py).
-_METRIC_DEFAULTS = {"exclude_start_steps": 1, "exclude_end_steps": 0}
-# workflow keys about how DLIO runs; any other that is on (checkpoint, evaluation) is named.
-_WORKFLOW = frozenset({"generate_data", "train", "debug", "profiling"})
-# Sections DLIO acts on only when workflow turns them on: inert when it turns them off.
-_SWITCHED = {"checkpoint": "checkpoint", "evaluation": "evaluation"}
-
-
-# The sections DLIO's LoadConfig reads: any other (a misspelt "trian:", or llama_7b's
-# top-level "transformer:", read under model since) it ignores whole.
-_DLIO_SECTIONS = frozenset(
-    {"checkpoint", "data_reader", "dataset", "evaluation", "framework", "metric", "model"}
-    | {"output", "profiling", "reader", "storage", "train", "workflow"}
-)
-
-
-def unknown_keys(doc: Mapping[str, Any]) -> list[str]:
-    """``section.key (did you mean K?)`` for each key of the sections read here that
-    neither this mapping nor DLIO reads (DLIO ignores it: its default stands), and
-    ``section (did you mean S?)`` for a section DLIO does not read: "trian:" ran
-    without compute, said only as "not modelled: trian"."""
-    out: list[str] = []
-    for section in doc:
-        if section not in _DLIO_SECTIONS and section not in _RUNNER:
-            close = difflib.get_close_matches(str(section), sorted(_DLIO_SECTIONS), n=1)
-            out.append(f"{section}" + (f" (did you mean {close[0]}?)" if close else ""))
-    for section, dlio in _DLIO_KEYS.items():
-        value = doc.get(section)
-        if not isinstance(value, Mapping):
-            continue
-        known = _READ[section] | dlio
-        for key in value:
-            if key not in known:
-                close = difflib.get_close_matches(str(key), sorted(known), n=1)
-                out.append(f"{section}.{key}" + (f" (did you mean {close[0]}?)" if close else ""))
-    return sorted(out)
-
-
-def not_modelled(doc: Mapping[str, Any]) -> list[str]:
-    """``section.key`` (or a whole ``section``) of a DLIO document that the mapping ignores,
-    keys DLIO does not read left out (:func:`unknown_keys` names them)."""
-    unknown = {k.partition(" ")[0] for k in unknown_keys(doc)}
-    out: list[str] = []
-    workflow = doc.get("workflow")
-    workflow = workflow if isinstance(workflow, Mapping) else {}
-    out += [f"workflow.{k}" for k, v in workflow.items() if v and k not in _WORKFLOW]
-    output = doc.get("output")
-    metric = output.get("metric") if isinstance(output, Mapping) else None
-    if isinstance(metric, Mapping):  # AU's exclusions; DLIO's default leaves out step 1
-        out += [
-            f"output.metric.{k}"
-            for k, v in metric.items()
-            if _METRIC_DEFAULTS.get(str(k), object()) != v
-        ]
-    for section, value in doc.items():
-        if section in _RUNNER:
-            continue
-        if section in _SWITCHED and workflow.get(_SWITCHED[section]) is False:
-            continue
-        known = _READ.get(section)
-        if known is None:
-            out.append(str(section))
-        elif isinstance(value, Mapping):
-            out += [f"{section}.{k}" for k in value if k not in known]
-            if section == "storage" and isinstance(value.get("storage_options"), Mapping):
-                options = value["storage_options"]
-                out += [f"storage.storage_options.{k}" for k in options if k not in _OPTIONS]
-    return sorted(k for k in out if k not in unknown)
 
 
 def _time(
@@ -391,7 +255,9 @@ def _number(
 
 
 def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
-    if name == "reader" and "reader" not in doc and "data_reader" in doc:
+    # DLIO's LoadConfig takes data_reader where both are given (reader only without it):
+    # reader won here, and a file with both ran another batch than DLIO without a word.
+    if name == "reader" and "data_reader" in doc:
         name = "data_reader"
     value = doc.get(name) or {}
     if not isinstance(value, Mapping):
@@ -399,24 +265,47 @@ def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
     return value
 
 
-def _record(ds: Mapping[str, Any], where: str) -> float:
+def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[float, str]:
     """DLIO's record size: ``record_dims`` x ``record_element_type``'s size where given
-    (before ``record_length``), else ``record_length_bytes``/``record_length``."""
+    (before ``record_length``), else ``record_length_bytes``/``record_length``; and a
+    note for the plan where DLIO reads the element type otherwise."""
     dims = ds.get("record_dims")
     if not dims:
-        return _number(ds, ("record_length_bytes", "record_length"), 65536, where)
+        return _number(ds, ("record_length_bytes", "record_length"), 65536, where), ""
     kind = ds.get("record_element_type", "uint8")
     if not isinstance(dims, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
     ):
         raise ConfigError(f"{where}.record_dims must be a list of whole numbers > 0 (got {dims!r})")
+    if stdev > 0:
+        # DLIO's validate() refuses the two together ("Both record_dims and
+        # record_length_bytes_stdev are set"); here the records of record_dims took the
+        # stdev, a workload DLIO never runs.
+        raise ConfigError(
+            f"{where}.record_dims {dims!r} with a record_length_bytes_stdev {stdev:g}: "
+            "DLIO refuses the two together (records of record_dims are one size); give "
+            "record_length_bytes with record_length_bytes_stdev instead, or a stdev of 0"
+        )
     try:
         size = np.dtype(str(kind)).itemsize
     except TypeError:
         raise ConfigError(
             f"{where}.record_element_type {kind!r} is not a NumPy type (e.g. uint8, float32)"
         ) from None
-    return float(np.prod(dims, dtype=np.int64) * size)
+    note = ""
+    if fmt in ("jpeg", "png"):
+        # DLIO's images are 8-bit grey of record_dims: it refuses more than two dims and
+        # resets any other element type to uint8 (a warning). Read as given, float32
+        # made ResNet-50's 224 x 224 records 4x the bytes, the images twice the side.
+        if len(dims) > 2:
+            raise ConfigError(
+                f"{where}.record_dims {dims!r} with format {fmt!r}: DLIO's images have at "
+                f"most 2 dims (height, width; grey); give e.g. {dims[:2]!r}"
+            )
+        if size != 1:
+            note = f"; record_element_type {kind} read as uint8 (DLIO's images are 8-bit)"
+            size = 1
+    return float(np.prod(dims, dtype=np.int64) * size), note
 
 
 def _image_side(fmt: str, record: int) -> int:
@@ -440,6 +329,31 @@ def _threads(rd: Mapping[str, Any], where: str) -> tuple[int, str]:
     if threads == 0:  # DLIO's pytorch loader then loads in the main thread, with no overlap
         return 1, "; reader.read_threads 0 (loading in the main thread) read as 1"
     return int(threads), ""
+
+
+def _prefetch(rd: Mapping[str, Any], where: str, threads: int) -> tuple[int, str]:
+    """The batches DLIO's data loader queues ahead (the Loader's ``prefetch``), and a
+    note where that is not ``prefetch_size``.
+
+    tf.data (DLIO's default loader) prefetches ``prefetch_size`` batches. DLIO's pytorch
+    loader gives torch's DataLoader ``read_threads`` workers and a ``prefetch_factor`` of
+    ``ceil(prefetch_size / read_threads)`` (2 where that is 0), which torch holds *per
+    worker*: read as ``prefetch_size``, UNet3D (4 threads, DLIO's default 2) queued 2
+    batches where DLIO queues 4.
+    """
+    size = int(_number(rd, ("prefetch_size",), 2, where, whole=True))
+    loader = str(rd.get("data_loader", "tensorflow"))
+    if loader != "pytorch" or int(rd.get("read_threads") or 0) < 1:
+        return size or 2, ""  # 0 workers: torch loads in the main thread, no queue to size
+    factor = math.ceil(size / threads) or 2
+    queued = factor * threads
+    if queued == size:
+        return queued, ""
+    how = f"ceil({size} / {threads}) = {factor}" if size else "2 (prefetch_size 0)"
+    return queued, (
+        f"; prefetch {queued} batches (DLIO's pytorch loader: {how} per read thread, "
+        f"x {threads} threads)"
+    )
 
 
 def dlio_workload(
@@ -474,6 +388,8 @@ def dlio_workload(
         _section(doc, name, path)
         for name in ("dataset", "reader", "train", "metric", "storage", "workflow")
     )
+    # Messages name the section the reader keys were read from (data_reader where given).
+    rname = "data_reader" if "data_reader" in doc else "reader"
     if workflow.get("train") is False:
         raise ConfigError(
             f"{path}: workflow.train is false: DLIO reads no data then (data generation or "
@@ -491,7 +407,10 @@ def dlio_workload(
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
     where = f"{path}: dataset"
-    record = _record(ds, where)
+    # Not "record_length_std" (resnet50_h100/_v100.yaml): DLIO never reads it and makes
+    # records of one size; read here, 115 kB records were 14 kB (23% of them) to 430 kB.
+    stdev = _number(ds, ("record_length_bytes_stdev", "record_length_stdev"), 0, where)
+    record, dims_note = _record(ds, where, fmt, stdev)
     if record <= 0:  # records of no bytes: nothing to read, and no --record-scale helps
         raise ConfigError(f"{where}.record_length_bytes must be > 0 (got {record:g})")
     if record * record_scale < 1:
@@ -502,10 +421,7 @@ def dlio_workload(
             f"records {record * record_scale:.2g} B, less than a byte: give --record-scale "
             f">= {1 / record:.3g}"
         )
-    # Not "record_length_std" (resnet50_h100/_v100.yaml): DLIO never reads it and makes
-    # records of one size; read here, 115 kB records were 14 kB (23% of them) to 430 kB.
-    stdev = _number(ds, ("record_length_bytes_stdev", "record_length_stdev"), 0, where)
-    batch = _positive(rd, "batch_size", 1, f"{path}: reader")
+    batch = _positive(rd, "batch_size", 1, f"{path}: {rname}")
     # --batch-size: an epoch is then floor(samples / that) steps (it kept the YAML's
     # count, and a trial of "one epoch" covered two at twice the batch).
     batch_note = ""
@@ -540,7 +456,12 @@ def dlio_workload(
         files = -(-batch // per_file)
     model = doc.get("model")
     name = model.get("name") if isinstance(model, dict) else model
-    name = str(name or os.path.splitext(os.path.basename(path))[0])
+    # DLIO's model.name is a label ("meta-llama/Llama-2-7b" runs); here it begins the
+    # dataset's folder under --root, which refused a '/' with a message about a TOML key.
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = re.sub(r"[/\\\0]", "_", str(name or stem))
+    if not name.strip("."):  # "..": no folder name either
+        name = re.sub(r"[\\\0]", "_", stem).strip(".") or "dlio"
     stype = str(storage.get("storage_type", "local_fs"))
     # DLIO's steps per epoch (one host): floor(samples / batch), of the scaled dataset.
     epochs = _positive(tr, "epochs", 1, f"{path}: train")
@@ -566,7 +487,7 @@ def dlio_workload(
         )
     compute, compute_stdev = _time(tr, "computation_time", path)
     # DLIO's seed is train.seed; reader.seed is this mapping's earlier spelling.
-    seed_section, seed_where = (tr, "train") if "seed" in tr else (rd, "reader")
+    seed_section, seed_where = (tr, "train") if "seed" in tr else (rd, rname)
     train = TrainConfig(
         batch_size=batch,
         steps=steps or trial_steps,
@@ -599,22 +520,22 @@ def dlio_workload(
             image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"
     else:
         dataset["record_bytes_stdev"] = round(stdev * record_scale)
-    # read_threads decode, and twice as many fetch. prefetch_size is the batches DLIO's
-    # data loader queues (tf.data prefetch, torch's prefetch_factor): the Loader's
-    # prefetch, not reads in flight (as in_flight, ResNet-50's 2 with 8 read threads
-    # fetched 2 files at a time). DLIO's default, and its pytorch loader's for 0, is 2;
-    # left to the kind's 8, UNet3D queued 8 x 7 x 147 MB.
-    threads, threads_note = _threads(rd, f"{path}: reader")
+    # read_threads decode, and twice as many fetch. The batches DLIO's data loader queues
+    # are the Loader's prefetch, not reads in flight (as in_flight, ResNet-50's 2 with 8
+    # read threads fetched 2 files at a time); left to the kind's 8, UNet3D queued 8 x 7 x
+    # 147 MB. DLIO's default prefetch_size is 2.
+    threads, threads_note = _threads(rd, f"{path}: {rname}")
+    prefetch, prefetch_note = _prefetch(rd, f"{path}: {rname}", threads)
     storage_keys, storage_note = _storage(path, stype, storage, str(ds.get("data_folder") or name))
     reader: dict[str, Any] = {
         "in_flight": 2 * threads,
         "decode_threads": threads,
-        "prefetch": int(_number(rd, ("prefetch_size",), 0, f"{path}: reader", whole=True)) or 2,
+        "prefetch": prefetch,
         **storage_keys,
     }
     if rd.get("odirect"):
         reader["odirect"] = True
-    prep, prep_stdev = _time(rd, "preprocess_time", path, "reader")
+    prep, prep_stdev = _time(rd, "preprocess_time", path, rname)
     if prep or prep_stdev:  # simulated work per sample, scaled as the compute time is
         reader["preprocess_time"] = prep * record_scale
         reader["preprocess_time_stdev"] = prep_stdev * record_scale
@@ -626,7 +547,8 @@ def dlio_workload(
         kind="files",
         description=(
             f"DLIO {os.path.basename(path)}: {plan}, one epoch per trial; {shown}; "
-            f"files x{scale:g}, records x{record_scale:g}{batch_note}{image_note}{threads_note}"
+            f"files x{scale:g}, records x{record_scale:g}{batch_note}{dims_note}{image_note}"
+            f"{threads_note}{prefetch_note}"
             f"{storage_note}"
             + (f"; not modelled: {', '.join(ignored)}" if ignored else "")
             + (
