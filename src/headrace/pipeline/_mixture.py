@@ -27,7 +27,7 @@ from headrace.pipeline._layout import Batch, nbytes, ragged_keys
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture_ragged import merge_parts
-from headrace.pipeline._passes import epoch_parts
+from headrace.pipeline._passes import epoch_parts, first_steps
 from headrace.pipeline._transform import checked_rows
 from headrace.plan import MixturePlan, derive_keys
 
@@ -252,7 +252,7 @@ class Mixture(Closing):
                 f"epochs={epochs} of the largest source ({int(sizes.max())} samples) passes "
                 "2**63 - 1 samples, the most a plan numbers"
             )
-        first = self.plan.first_steps(sizes * int(epochs))
+        first = first_steps(self, sizes * int(epochs), f"epoch_steps({epochs})")
         return {n: (int(t) if t >= 0 else None) for n, t in zip(self.names, first, strict=True)}
 
     def epochs_at(self, step: int) -> dict[str, float]:

@@ -39,6 +39,8 @@ __all__ = [
 
 #: The keys an exact pass adds to every batch.
 MARKS = ("sample", "valid")
+#: The most samples a plan numbers (int64).
+_MAX_SAMPLE = (1 << 63) - 1
 
 
 def checked_epochs(epochs: object, steps: int | None) -> int | None:
@@ -69,14 +71,20 @@ def _epoch_size(source: Any, who: str, what: str) -> int:
 
 def _parts(source: Any) -> list[tuple[Any, str]]:
     """The sources whose epochs a pass counts, each with how an error names it."""
-    subs = getattr(source, "sources", None) if hasattr(source, "plan") else None
-    if subs is None:
+    if not _mixed(source):
         return [(source, type(source).__name__)]
+    subs = source.sources
     names = getattr(source, "names", [str(i) for i in range(len(subs))])
     return [
         (s, f"source {name!r} ({type(s).__name__}) of the mixture")
         for name, s in zip(names, subs, strict=True)
     ]
+
+
+def _mixed(source: Any) -> bool:
+    """Whether ``source`` mixes sources (a :class:`~headrace.pipeline.Mixture`): its
+    samples are numbered within each of its sources."""
+    return hasattr(source, "plan") and getattr(source, "sources", None) is not None
 
 
 def epoch_parts(source: Any, what: str = "epochs=") -> list[tuple[Any, str, int]]:
@@ -89,7 +97,17 @@ def pass_sizes(source: Any, epochs: int) -> NDArray[np.int64]:
     """Samples of the pass: ``epochs`` epochs of the source (of each source of a mixture,
     in its order), once the source is known to give each of them as itself."""
     check_exact(source, f"epochs={epochs}")
-    return np.array([n for _, _, n in epoch_parts(source)], dtype=np.int64) * epochs
+    parts = epoch_parts(source)
+    # In Python ints: NumPy's int64 product wraps, and a pass of epochs=2**60 ended at a
+    # negative step (no batch) or at some small one.
+    _, who, most = max(parts, key=lambda p: p[2])
+    if epochs * most > _MAX_SAMPLE:
+        raise ConfigError(
+            f"epochs={epochs} of {who} ({most:,} samples an epoch) is {epochs * most:,} "
+            f"samples, past the {_MAX_SAMPLE:,} (2**63 - 1) a plan numbers; give at most "
+            f"epochs={_MAX_SAMPLE // most}"
+        )
+    return np.array([n * epochs for _, _, n in parts], dtype=np.int64)
 
 
 def check_exact(source: Any, what: str) -> None:
@@ -106,18 +124,39 @@ def check_exact(source: Any, what: str) -> None:
 def pass_end(source: Any, batch_size: int, want: NDArray[np.int64]) -> int:
     """The step by which ``want`` samples (:func:`pass_sizes`) of ``source`` (of every
     source of a mixture) have all been planned: the loader's ``steps``."""
-    plan = getattr(source, "plan", None)
-    if plan is None or not hasattr(source, "sources"):
+    if not _mixed(source):
         return -(-int(want[0]) // batch_size)
-    first = plan.first_steps(want)
+    first = first_steps(source, want, "epochs=")
     if (first < 0).any():
         name = source.names[int(np.flatnonzero(first < 0)[0])]
+        # Without a schedule, "the last phase of the schedule" named a schedule not given.
+        why = "weight 0 in the last phase of the schedule" if source.plan.schedule else "weight 0"
         raise ConfigError(
-            f"epochs=: source {name!r} of the mixture never completes its epochs "
-            f"(weight 0 in the last phase of the schedule); an exact pass reads every "
-            "source, so give it a weight > 0, or leave it out of the mixture."
+            f"epochs=: source {name!r} of the mixture never completes its epochs ({why}); "
+            "an exact pass reads every source, so give it a weight > 0, or leave it out "
+            "of the mixture."
         )
     return int(first.max())
+
+
+def first_steps(mixture: Any, want: NDArray[np.int64], what: str) -> NDArray[np.int64]:
+    """The mixture plan's :meth:`~headrace.plan.MixturePlan.first_steps` of ``want``, each
+    source's fewest steps to give its count; ``-1`` only where its weight is 0 from some
+    phase on. A count its weight would reach only past the sample numbers is refused
+    (``what``: what asked), not told as a weight of 0."""
+    plan = mixture.plan
+    first: NDArray[np.int64] = plan.first_steps(want)
+    last = plan.schedule[-1][1] if plan.schedule else plan.numerators
+    far = [s for s in np.flatnonzero(first < 0).tolist() if last[s]]
+    if far:
+        s = far[0]
+        raise ConfigError(
+            f"{what}: source {mixture.names[s]!r} of the mixture would give its "
+            f"{int(want[s]):,} samples only past sample 2**63 - 1, the last a plan numbers "
+            f"(at {plan.weights[s]:.3g} of each batch of {plan.batch_size}); ask for fewer "
+            "epochs"
+        )
+    return first
 
 
 def starts_at(step: int, steps: int | None, epochs: int | None) -> int:
@@ -132,7 +171,9 @@ def starts_at(step: int, steps: int | None, epochs: int | None) -> int:
 def mark(source: Any, seed: int, samples: NDArray[np.int64], want: NDArray[np.int64]) -> Batch:
     """``sample`` and ``valid`` of each of ``samples`` (global sample numbers), for a pass
     of ``want`` samples (:func:`pass_sizes`)."""
-    if len(want) == 1:  # (a mixture of one source numbers its samples as it does)
+    if not _mixed(source):
+        # Not by len(want): a mixture of one source still deals each step's positions
+        # by a permutation, so its sample at a position is not the global number there.
         number = samples.astype(np.int64, copy=True)
         return {"sample": number, "valid": number < want[0]}
     # The mixture keeps its last answer: the samples it has just read (measured: 3.8 us

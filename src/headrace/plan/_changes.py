@@ -83,9 +83,20 @@ def _setting_changes(
     if was is None or is_ is None:
         return []
     keys = list({**was, **is_})
+    told: list[str] = []
     if max(len(was), len(is_)) >= _MOST_SETTINGS:  # cut: a key one side lacks may be past it
         keys = [k for k in keys if k in was and k in is_]
-    return [
+    else:
+        # A mixed source one side lacks is told once: each of its settings was told as
+        # "not set (the default)" on that side, and the lines naming its files were cut.
+        then, now = _mixed_names(was), _mixed_names(is_)
+        if then is not None and now is not None:
+            gone = [n for n in then if n not in now]
+            new = [n for n in now if n not in then]
+            told = [f"source {n!r} is gone" for n in gone] + [f"source {n!r} is new" for n in new]
+            every = sorted({*then, *now}, key=len, reverse=True)  # "a.b" before "a"
+            keys = [k for k in keys if _source_of(k, every) not in {*gone, *new}]
+    return told + [
         f"{key}: {_value(was.get(key, _UNSET))} when the state was saved, "
         f"{_value(is_.get(key, _UNSET))} now{_hint(key, was.get(key), is_.get(key))}"
         for key in keys
@@ -93,6 +104,25 @@ def _setting_changes(
         and not _later(key, was)
         and not _follows(key, was, is_, files_changed)
     ]
+
+
+def _mixed_names(settings: dict[str, Any]) -> list[str] | None:
+    """The names of a side's mixed sources, in order, from its weights (one setting a
+    source, :func:`_weights`): none for a side that is no mixture; ``None`` where they
+    cannot be told (a state saved before weights were named)."""
+    if settings.get("kind") != "mixture":
+        return []
+    names = [k.removeprefix("weights.") for k in settings if k.startswith("weights.")]
+    return names or None
+
+
+def _source_of(key: str, names: list[str]) -> str | None:
+    """The mixed source a setting belongs to (``sources.NAME.``, or ``weights.NAME``),
+    of ``names``, longest first: a name may hold dots."""
+    for name in names:
+        if key.startswith(f"sources.{name}.") or key == f"weights.{name}":
+            return name
+    return None
 
 
 def _follows(key: str, was: dict[str, Any], is_: dict[str, Any], files_changed: bool) -> bool:

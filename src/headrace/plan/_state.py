@@ -121,6 +121,14 @@ _KEPT = (
 
 def _way_on(differ: list[str], step: int) -> str:
     """How to go on from ``step`` when the parts ``differ`` (a refusal's last words)."""
+    if differ == ["weights"] and step == 0:
+        # A schedule cannot switch at step 0 (switches come at steps > 0), and needs not:
+        # no sample was read with the saved weights.
+        return (
+            "the state is at step 0, before any sample was read with the saved weights, so "
+            "nothing is skipped or read twice if these weights start from there: load this "
+            "loader's own state_dict() with 'step' set to 0, or load none"
+        )
     if differ == ["weights"]:
         return (
             "to go on with these weights from this step, each source from the sample it had "
@@ -331,9 +339,10 @@ class LoaderState:
         (refused); nor can an exact pass (``epochs``). Any other loader resumes with
         another batch size at the first sample the run had not read
         (:meth:`origin_for`)."""
-        if mixture and batch_size != self.batch_size:
+        if mixture and batch_size != self.batch_size and not self._differs(parts, "batch_size"):
             # First: a mixture's description holds its batch size, whose change would
-            # otherwise be told as other data.
+            # otherwise be told as other data. Only where nothing else differs: refused
+            # for its batch size alone, the fix it gave was then refused for the data.
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         older = (legacy,) if isinstance(legacy, str) else legacy or ()
         if fingerprint != self.fingerprint and self.fingerprint not in older:
@@ -376,6 +385,18 @@ class LoaderState:
                 f"'step' set to {self.step} (each source's current epoch is then shuffled "
                 "anew: some of its samples repeat, some are skipped)"
             )
+
+    def _differs(self, parts: dict[str, str] | None, but: str) -> bool:
+        """Whether a part of the description other than ``but`` differs between this
+        state's ``parts`` and ``parts``; ``False`` where either side has none to tell."""
+        if parts is None or self.parts is None:
+            return False
+        saved = self.parts
+        return any(
+            parts.get(k) != saved.get(k)
+            for k in parts.keys() | saved.keys()
+            if k != but and k not in NAMED_PARTS and not (k in _LATER_PARTS and k not in saved)
+        )
 
     def _check_fixed_batch(self, batch_size: int, *, mixture: bool, epochs: int | None) -> None:
         """Refuse another global batch size (or a state made by a change of it) for a
