@@ -49,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
     if args.prune_days is not None and not 0 <= args.prune_days < math.inf:
         # (NaN passed "< 0", and every entry was "unused for nan days": all removed)
-        raise ConfigError(f"--prune-days must be a number >= 0 (got {args.prune_days:g}).")
+        # (inf was refused as "must be a number >= 0 (got inf)", which it is: finite, said so)
+        raise ConfigError(
+            f"--prune-days {args.prune_days:g}: expected a finite number of days >= 0, e.g. "
+            "--prune-days 7 (the entries unused for 7 days); --clear removes every entry"
+        )
     if args.json:
         # Before anything is removed: a --clear went through, then the report failed.
         check_output_path("--json", args.json)

@@ -198,14 +198,27 @@ def _source(args: argparse.Namespace) -> Any:
     # takes a folder for a string, and the command refused it with the Python API's fix
     # ("pass ['x.npy'] (a list) to read this file alone").
     one = len(args.data) == 1 and not os.path.isfile(args.data[0])
-    return FileSource(
-        args.data[0] if one else args.data,
-        store_options=options,
-        format=args.format,
-        samples_per_file=spf,
-        datasets=datasets,
-        labels=_labels(args.labels),
-    )
+    settings: dict[str, Any] = {
+        "store_options": options,
+        "format": args.format,
+        "samples_per_file": spf,
+        "datasets": datasets,
+        "labels": _labels(args.labels),
+    }
+    try:
+        return FileSource(args.data[0] if one else args.data, **settings)
+    except HeadraceError:
+        # A URL of one object (s3://b/x/0.jpg, file:///x/0.jpg) lists nothing as a prefix,
+        # and FileSource told the command line to "pass [...] (a list)", which it cannot
+        # give. Tried as that list on this error path only (a prefix costs nothing more);
+        # a name that is no object either keeps the listing's error, which says so.
+        if not (one and "://" in args.data[0]):
+            raise
+        try:
+            return FileSource([args.data[0]], **settings)
+        except HeadraceError:
+            pass
+        raise
 
 
 def _labels(given: str | None) -> str | dict[str, str] | None:
@@ -330,10 +343,17 @@ def run(args: argparse.Namespace) -> int:
     except HeadraceError as exc:
         _name_the_flag(exc)
         raise
+    # No read is larger than the dataset: a --batch-size of 10**11 on 3 samples allocated
+    # 745 GiB of sample numbers (a MemoryError traceback, exit 1), one of 2**70 was refused
+    # about "steps [0, 0]". Clamped, it checks every sample in one read, as it meant.
+    n = getattr(source, "samples_per_epoch", None)
+    batch_size = args.batch_size
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+        batch_size = min(batch_size, n)
     try:
         report = check(
             source,
-            batch_size=args.batch_size,
+            batch_size=batch_size,
             most=args.most,
             shard=(int(i), int(k)),
             progress=_progress(),
@@ -390,6 +410,7 @@ _FLAGS = (
     ("give it a fixed width", "give it with --width N (or leave the column out: --columns)"),
     ("pass truncate=True", "--truncate cuts them, as a run with truncate=True does"),
     ("with shapes={", "give it with --shape NAME=D1xD2 (e.g. --shape input_features=80x3000)"),
+    ("vocab_size=", "vocab_size= is --vocab-size N (leave it out to check no token ids)"),
 )
 
 

@@ -33,7 +33,7 @@ from headrace.bench._cli import (
     url_scheme,
 )
 from headrace.bench._kind import Kind, make_kind
-from headrace.bench._overrides import dlio_from_args
+from headrace.bench._overrides import S3_KINDS, dlio_from_args
 from headrace.bench._upload import DigestCache, Uploaded, list_destination, upload_files
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError
@@ -131,17 +131,35 @@ def _keys(kind: Kind, paths: list[str]) -> list[str]:
     return keys
 
 
-def _bench_hint(root: str, scheme: str, keys: list[str], endpoint: str | None) -> str:
+def _bench_hint(
+    root: str, scheme: str, keys: list[str], endpoint: str | None, kind: str, args: Any
+) -> str:
     """How ``headrace bench`` reads back what went to an ``s3://`` root: at the folder
     the keys share under the prefix (a files dataset's), else at the prefix (a token
     file). Its name was nowhere in the output: a run at the prefix was refused, as it
-    holds objects that are not the workload's dataset at that level."""
-    if scheme not in ("s3", "s3a"):
-        return ""  # bench reads S3 only
+    holds objects that are not the workload's dataset at that level.
+
+    With gen's size flags (``--files``, ``--token-file-gib``, ``--dlio`` and its scales):
+    a bench without them reads the default dataset, which it wrote and uploaded beside
+    gen's (a 1 GiB token file beside a 0.0005 GiB one; 512 JPEGs into the folder of
+    gen's 2). None for a kind bench reads locally only (it refuses ``--storage s3``)."""
+    if scheme not in ("s3", "s3a") or kind not in S3_KINDS:
+        return ""  # bench reads S3 only, and these kinds only
     folders = {k.rpartition("/")[0] for k in keys}
     sub = posixpath.commonpath(sorted(folders)) if all(folders) else ""
     url = root.rstrip("/") + (f"/{sub}" if sub else "")
-    return f"; bench it with --storage s3 --storage-url {url}" + (
+    sizes = "".join(
+        f"{flag} {value} "
+        for flag, value in (
+            ("--dlio", args.dlio),
+            ("--scale", args.scale),
+            ("--record-scale", args.record_scale),
+            ("--files", args.files),
+            ("--token-file-gib", args.token_file_gib),
+        )
+        if value is not None
+    )
+    return f"; bench it with {sizes}--storage s3 --storage-url {url}" + (
         f" --endpoint {endpoint}" if endpoint else ""
     )
 
@@ -221,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
                 keys = _keys(kind, files)
                 # Before generating: a missing bucket or bad credentials fail in a second.
                 have = list_destination(store, keys)
-                hint = _bench_hint(root, scheme, keys, args.endpoint)
+                hint = _bench_hint(root, scheme, keys, args.endpoint, wl.kind, args)
             with _progress(args.quiet) as progress:
 
                 def step(done: int, total: int) -> None:

@@ -13,7 +13,11 @@ from headrace.bench._kind import VariantSpec
 from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError
 
-__all__ = ["dlio_from_args", "override", "storage_options", "workloads"]
+__all__ = ["S3_KINDS", "dlio_from_args", "override", "storage_options", "workloads"]
+
+#: The kinds that read their dataset from S3 (``--storage s3``); padded rows, Arrow
+#: tables and packed sequences are read locally only.
+S3_KINDS = ("files", "tokens", "megatron", "parquet", "table-images")
 
 
 def override(wl: Workload, args: argparse.Namespace) -> Workload:
@@ -53,7 +57,7 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
             "workload whose dataset is local"
         )
     if reader:
-        if wl.kind not in ("files", "tokens", "megatron", "parquet", "table-images"):
+        if wl.kind not in S3_KINDS:
             raise ConfigError(
                 f"workload {wl.name!r} (kind {wl.kind!r}): --storage, --storage-url, "
                 "--endpoint, --latency-ms and --max-concurrent apply to the workloads that read "
