@@ -17,6 +17,7 @@ __all__ = [
     "object_field",
     "refuse_a_set",
     "said",
+    "some_of",
     "unknown_keys",
     "write_json",
 ]
@@ -45,6 +46,12 @@ def refuse_a_set(name: str, value: object, reads: str) -> None:
             f"set's order changes from one process to the next, and with it the order of "
             f"the {reads} read and the state's fingerprint (a restart would refuse its state)"
         )
+
+
+def some_of(names: list[str], most: int = 8) -> str:
+    """The first ``most`` of ``names``, joined: ``a, b and 3 more``."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def count_fix(says: str) -> str:

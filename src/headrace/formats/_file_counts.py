@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import some_of
 from headrace.errors import ConfigError, HeadraceError
 from headrace.formats._array_record import BLOCK_SIZE, read_index
 from headrace.formats._file_list import FileList, is_object_url
@@ -276,9 +277,9 @@ def _first_of(
     first = failed[0][1]
     others = [files.name(i) for i, _ in failed[1:]]
     if others:
-        shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
         more = f" (stopped at {MOST_FAILED} failures: later files not read)" if stopped else ""
         files_ = "file" if len(others) == 1 else "files"
+        shown = some_of(others)
         first.add_note(f"the headers of {len(others)} other {files_} failed too{more}: {shown}")
     return first
 

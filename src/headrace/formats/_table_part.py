@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from headrace._messages import some_of
 from headrace.errors import (
     ConfigError,
     FormatError,
@@ -46,7 +47,6 @@ from headrace.formats._table_schema import check_schema, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import _in_flight as in_flight
 from headrace.io import deep_io_pool, open_error
-from headrace.io._batch import raise_first
 from headrace.io._mounts import on_network_fs
 from headrace.io._open_files import gone_error, hold_files, idle_share, release_files
 from headrace.io._waits import wait_done
@@ -603,9 +603,18 @@ def _open_local(
     # overlap on a slow mount either way.
     tasks = min(len(files), OPEN_TASKS)
     wait_done([deep_io_pool().submit(run, k, tasks) for k in range(tasks)])
-    errors = [g for g in got if isinstance(g, BaseException)]
-    for g in got if errors else ():
+    failed = [(f, g) for f, g in zip(files, got, strict=True) if isinstance(g, BaseException)]
+    if not failed:
+        return [g for g in got if isinstance(g, _Part)]
+    for g in got:
         if isinstance(g, _Part):
             g.close()
-    raise_first(errors, "other file(s) of the table failed to open too")
-    return [g for g in got if isinstance(g, _Part)]
+    first, others = failed[0][1], [str(f) for f, _ in failed[1:]]
+    if others:
+        # Named, not counted: headrace check stops here, and a count sent the user to
+        # open the files one at a time to find which.
+        files_ = "file" if len(others) == 1 else "files"
+        first.add_note(
+            f"{len(others)} other {files_} of the table failed to open too: {some_of(others)}"
+        )
+    raise first
