@@ -910,3 +910,38 @@ def test_a_batch_lost_on_its_way_to_the_devices_is_not_counted_as_read(
         again.load_state_dict(state)
         got += [batch_digest([{k: np.asarray(v) for k, v in b.items()}]) for b in again]
     assert got == reference
+
+
+class SequenceSplit:
+    """Fault injection: rows whole on this process, axis 1 split over ``ways`` devices
+    (a context-parallel mesh axis of 32 or 64 needs that many devices, and the tests
+    have 4)."""
+
+    def __init__(self, ways: int) -> None:
+        self.ways = ways
+        self.device_set = frozenset(range(ways))
+
+    def addressable_devices_indices_map(self, shape: tuple[int, ...]) -> dict[int, Any]:
+        if len(shape) < 2:
+            raise IndexError("the spec names more axes than the shape has")
+        if shape[1] % self.ways:
+            raise IndivisibleError(f"axis 1 of {shape} is split {self.ways} ways")
+        w = shape[1] // self.ways
+        rest = (slice(None),) * (len(shape) - 2)
+        return {d: (slice(None), slice(d * w, (d + 1) * w), *rest) for d in range(self.ways)}
+
+
+class IndivisibleError(ValueError):
+    """jax's name for a shape its sharding does not divide."""
+
+
+@pytest.mark.parametrize("ways", [32, 11])
+def test_a_sequence_axis_split_more_ways_than_the_probe_divides_is_read(ways: int) -> None:
+    # The rows were probed with a placeholder of 5040 on the other axes: a sequence axis
+    # split 32 ways (context parallel over 32 devices) was refused as "a global batch of
+    # 8 rows cannot be laid out ... give a batch size that the sharding's batch axis
+    # divides", naming the placeholder, though the batch was fine.
+    from headrace.jax._rows import host_blocks
+
+    assert host_rows(SequenceSplit(ways), 8) == (0, 1)
+    assert host_blocks(SequenceSplit(ways), 8) == [(0, 1)]

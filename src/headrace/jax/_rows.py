@@ -22,14 +22,18 @@ def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict
     """The sharding's index of each of this process's devices (``everywhere``: of every
     process's devices) for a global batch of ``batch_size`` rows."""
     # The sharding's rank is unknown before the first batch is read: try the
-    # ranks a batch can have, with a placeholder length on the other axes
-    # (5040 divides evenly over any likely mesh axis).
+    # ranks a batch can have, with a placeholder length on the other axes that any
+    # split of an axis divides: 5040, times what the device count adds (an axis
+    # split over 32 devices, context parallel, does not divide 5040, and the
+    # refusal blamed the batch size).
+    devices = len(getattr(sharding, "device_set", ()) or ())
+    other = math.lcm(5040, devices or 1)
     method = "devices_indices_map" if everywhere else "addressable_devices_indices_map"
     last: Exception | None = None
     indivisible: Exception | None = None
     for ndim in range(1, 9):
         try:
-            shape = (batch_size,) + (5040,) * (ndim - 1)
+            shape = (batch_size,) + (other,) * (ndim - 1)
             return dict(getattr(sharding, method)(shape))
         except (ValueError, TypeError, IndexError) as exc:
             last = exc

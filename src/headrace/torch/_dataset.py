@@ -390,6 +390,18 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     def _generate(self, loader: Loader) -> Iterator[Batch]:
         try:
             yield from loader
+        except StateError as exc:
+            if loader is self._loader:
+                raise
+            # Superseded: the Loader's own words ("the loader is closed: make a new one")
+            # would send the user to rebuild a dataset that reads on from its step.
+            raise StateError(
+                "this TorchDataset iterator is stale: a newer iter() of the dataset (or of a "
+                "loader over it), load_state_dict() or a HeadraceDataLoader's close() came "
+                "after it began, so its next step would not follow the dataset's state; "
+                "iterate the dataset again (for batch in ds): it goes on at the step "
+                "ds.state_dict() names"
+            ) from exc
         finally:
             loader.close()
 

@@ -1,0 +1,73 @@
+"""Adapter edges a user meets: an explicit start method, a stale iterator of a dataset
+iterated by hand, a sequence axis split more ways than the row probe assumed."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from multiprocessing import forkserver
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
+
+from _adapter_data import BATCH, token_source  # noqa: E402
+
+from headrace import torch as ht  # noqa: E402
+from headrace.errors import StateError  # noqa: E402
+from headrace.torch._fork_server import PRELOAD  # noqa: E402
+
+
+def dataset(root: Path) -> ht.TorchDataset:
+    return ht.TorchDataset(token_source(root), batch_size=BATCH, seed=5, steps=8)
+
+
+@pytest.mark.parametrize("given", ["forkserver", "context"])
+def test_forkserver_given_by_name_or_context_preloads_as_the_default_does(
+    root: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    # The docs call forkserver the default, whose server imports torch and headrace's
+    # readers once; given explicitly it started with __main__ alone, and every worker
+    # imported torch itself at every iter() (first batch 4.0-9.9 s against 2.0-2.7 s).
+    # A preload of the user's own is kept beside headrace's.
+    server = forkserver._forkserver
+    monkeypatch.setattr(server, "_preload_modules", ["__main__", "mine"])
+    monkeypatch.setattr(forkserver, "ensure_running", lambda: None)  # no server started here
+    ctx: Any = "forkserver" if given == "forkserver" else mp.get_context("forkserver")
+    ht.HeadraceDataLoader(dataset(root), num_workers=1, multiprocessing_context=ctx)
+    assert server._preload_modules == ["__main__", "mine", *PRELOAD[1:]]
+
+
+def test_spawn_leaves_the_fork_server_alone(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = forkserver._forkserver
+    monkeypatch.setattr(server, "_preload_modules", ["__main__"])
+    monkeypatch.setattr(forkserver, "ensure_running", lambda: None)
+    ht.HeadraceDataLoader(dataset(root), num_workers=1, multiprocessing_context="spawn")
+    assert server._preload_modules == ["__main__"]
+
+
+@pytest.mark.parametrize("how", ["iter", "load"])
+def test_a_stale_dataset_iterator_says_to_iterate_the_dataset_again(root: Path, how: str) -> None:
+    # It gave the inner Loader's words: "the loader is closed: make a new one", while
+    # the dataset is not closed and iterating it again goes on at its step.
+    ds = dataset(root)
+    it = iter(ds)
+    next(it)
+    next(it)
+    if how == "iter":
+        again = iter(ds)
+    else:
+        ds.load_state_dict(ds.state_at(5))
+    with pytest.raises(StateError) as exc:
+        next(it)
+    message = str(exc.value)
+    assert "TorchDataset iterator is stale" in message
+    assert "make a new one" not in message
+    assert "iterate the dataset again" in message
+    if how == "iter":
+        assert ds.state_dict()["step"] == 2
+        next(again)
+        assert ds.state_dict()["step"] == 3
+    else:
+        assert ds.state_dict()["step"] == 5
