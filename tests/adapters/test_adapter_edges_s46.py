@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="torch is an optional extra (pip ins
 from _adapter_data import BATCH, token_source  # noqa: E402
 
 from headrace import torch as ht  # noqa: E402
-from headrace.errors import StateError  # noqa: E402
+from headrace.errors import ConfigError, StateError  # noqa: E402
 from headrace.torch._fork_server import PRELOAD  # noqa: E402
 
 
@@ -71,3 +71,41 @@ def test_a_stale_dataset_iterator_says_to_iterate_the_dataset_again(root: Path, 
         assert ds.state_dict()["step"] == 3
     else:
         assert ds.state_dict()["step"] == 5
+
+
+def test_stock_dataloader_arguments_at_their_defaults_are_taken(root: Path) -> None:
+    # A DataLoader's settings moved over as **kwargs: those that ask for nothing were
+    # refused (drop_last=False), while a falsy shuffle or sampler was taken.
+    stock = {
+        "drop_last": False,
+        "generator": None,
+        "in_order": True,
+        "pin_memory_device": "",
+        "timeout": 0,
+        "worker_init_fn": None,
+        "shuffle": False,
+        "sampler": None,
+    }
+    with ht.HeadraceDataLoader(dataset(root), **stock) as dl:
+        assert len(list(dl)) == 8
+    for key, value in [
+        ("drop_last", True),
+        ("timeout", 5.0),
+        ("in_order", False),
+        ("worker_init_fn", print),
+        ("drop_last", 0),  # (not the bool a DataLoader's default is: a mistake)
+    ]:
+        with pytest.raises(ConfigError, match=rf"does not take \['{key}'\]"):
+            ht.HeadraceDataLoader(dataset(root), **{key: value})
+
+
+@pytest.mark.parametrize("context", ["spawn", "bogus", "fork"])
+def test_a_start_method_without_workers_is_refused(root: Path, context: str) -> None:
+    # As a DataLoader refuses it; "bogus" and "fork" were taken without a word.
+    with pytest.raises(ConfigError, match=r"num_workers=0 starts none: leave it out"):
+        ht.HeadraceDataLoader(dataset(root), multiprocessing_context=context)
+
+
+def test_copy_must_be_a_bool(root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"copy must be True or False \(got 'yes'\)"):
+        ht.HeadraceDataLoader(dataset(root), copy="yes")  # type: ignore[arg-type]

@@ -101,6 +101,25 @@ _INSTEAD = {
 }
 
 
+#: Those arguments at a stock DataLoader's defaults, which ask for nothing: taken (a
+#: ``**kwargs`` of DataLoader settings moved over was refused for ``drop_last=False``).
+_STOCK = {
+    "drop_last": False,
+    "generator": None,
+    "in_order": True,
+    "pin_memory_device": "",
+    "timeout": 0,
+    "worker_init_fn": None,
+}
+
+
+def _stock(key: str, value: object) -> bool:
+    default = _STOCK[key]
+    if default is None or isinstance(default, bool):
+        return value is default
+    return type(value) in (type(default), float) and value == default
+
+
 class HeadraceDataLoader(Closing):
     """Tensors of a :class:`TorchDataset`, counting the consumer's steps; workers optional.
 
@@ -172,6 +191,7 @@ class HeadraceDataLoader(Closing):
                     f"on every iteration, so {bad} is not allowed: {_NOT_ALLOWED[bad]}."
                 )
             unsupported.pop(bad, None)
+        unsupported = {k: v for k, v in unsupported.items() if not (k in _STOCK and _stock(k, v))}
         if unsupported:
             ways = [_INSTEAD[k] for k in sorted(unsupported) if k in _INSTEAD]
             raise ConfigError(
@@ -194,6 +214,15 @@ class HeadraceDataLoader(Closing):
                 f"persistent_workers must be True or False, and True only with num_workers > 0 "
                 f"(got {persistent_workers=}, {num_workers=})."
             )
+        if multiprocessing_context is not None and not num_workers:
+            # As a DataLoader refuses it: accepted, even "bogus" or "fork" passed unchecked.
+            raise ConfigError(
+                f"multiprocessing_context={multiprocessing_context!r} is how worker "
+                "processes start, and num_workers=0 starts none: leave it out, or give "
+                "num_workers > 0."
+            )
+        if not isinstance(copy, bool):
+            raise ConfigError(f"copy must be True or False (got {copy!r}).")
         self.persistent_workers = persistent_workers
         self.pin_memory = dataset.pin_memory or (
             bool(pin_memory) and pinnable("HeadraceDataLoader")
