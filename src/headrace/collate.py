@@ -104,12 +104,13 @@ def pad_batch(
     try:
         _ragged.check_pad_value(pad_value, out_dtype)
     except errors.ConfigError as exc:
-        if dtype is not None:
+        wider = None if dtype is not None else _pad_dtype(pad_value, out_dtype)
+        if wider is None:
             raise
         # The rows chose the dtype (uint16 token ids padded with -100 labels): say how
         # to choose another.
         raise errors.ConfigError(
-            f"{exc}, the rows' dtype; pass dtype= one that holds it (e.g. dtype=np.int64)"
+            f"{exc}, the rows' dtype; pass dtype= one that holds it (e.g. dtype=np.{wider})"
         ) from exc
     n = offsets.size - 1
     lengths = np.diff(offsets)
@@ -140,6 +141,28 @@ def pad_batch(
             return torch.from_numpy(out), torch.from_numpy(mask)
         return torch.from_numpy(out)
     return (out, mask) if return_mask else out
+
+
+def _pad_dtype(pad_value: int | float | bool, rows: np.dtype[Any]) -> str | None:
+    """A dtype that holds ``pad_value`` and (checked at the cast) the rows' values, to
+    suggest when the rows' own cannot hold the pad; ``None`` when none would help (a bool
+    pad for number rows, which no dtype takes, or a pad that is no number)."""
+    if isinstance(pad_value, bool | np.bool_):
+        return None
+    for name in ("int64", "uint64", "float32", "float64"):
+        wide = np.dtype(name)
+        if wide == rows or (wide.kind in "iu" and rows.kind == "f"):
+            continue  # integers would refuse the rows' fractions
+        # float32 only where it holds every row value (float16 rows); float64 for the
+        # rest, whose values the cast then checks (an id past 2**53 is refused there).
+        if name == "float32" and not _lossless(rows, wide):
+            continue
+        try:
+            _ragged.check_pad_value(pad_value, wide)
+        except errors.ConfigError:
+            continue
+        return name
+    return None
 
 
 def _lossless(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
@@ -363,8 +386,15 @@ def _flatten(
     item = next((r.shape[1:] for r in rows if isinstance(r, np.ndarray)), ())
     for i, r in enumerate(rows):
         if isinstance(r, np.ndarray):
+            if r.ndim == 0:
+                # The shape check below would name the item shape () as the culprit.
+                kind = "tensor" if from_torch else "array"
+                raise errors.ConfigError(
+                    f"row {i} is a 0-d {kind} (a scalar: {r.item()!r}); a row is a sequence "
+                    "of items: wrap it ([x]), or pass a 1-D one (np.atleast_1d(x))"
+                )
             # Rows of items of a shape (a row of boxes: (n, 4)) pad as whole items.
-            if r.ndim < 1 or r.shape[1:] != item:
+            if r.shape[1:] != item:
                 raise errors.ConfigError(
                     f"row {i} has shape {r.shape}; rows must be 1-D, or all of items of one "
                     f"shape (row {i}'s are {r.shape[1:]}, the first array row's {item})"
@@ -385,21 +415,50 @@ def _flatten(
     if not lists:
         dt = np.dtype(dtype) if dtype is not None else np.result_type(*rows)
         return np.empty(0, dtype=dt), offsets, rows, from_torch
+    if item != ():
+        # Flattened beside lists, such a row's items would be arrays among numbers.
+        li = next(i for i, r in enumerate(rows) if not isinstance(r, np.ndarray))
+        ai = next(i for i, r in enumerate(rows) if isinstance(r, np.ndarray))
+        raise errors.ConfigError(
+            f"row {li} is a list, but row {ai} is an array of items of shape {item}: rows "
+            "of lists must be flat sequences of numbers; pass every row as an array (or "
+            f"tensor) of items of shape {item}"
+        )
     # Python lists (possibly mixed with arrays): one C-level pass over all
     # items, NumPy inferring the dtype unless given.
     flat = list(chain.from_iterable(rows))
-    if not flat:
-        values = np.empty(0, dtype=default)
-    elif dtype is None:
-        values = _inferred(flat, offsets)
-    else:
-        values, offsets = _lists_to_array(rows, flat, offsets, np.dtype(dtype), keep)
+    try:
+        if not flat:
+            values = np.empty(0, dtype=default)
+        elif dtype is None:
+            values = _inferred(flat, offsets)
+        else:
+            values, offsets = _lists_to_array(rows, flat, offsets, np.dtype(dtype), keep)
+    except ValueError as exc:
+        # NumPy's "inhomogeneous shape" names no row: a list of lists of two lengths.
+        nested = _first_sequence(rows)
+        if nested is None:
+            raise
+        raise errors.ConfigError(
+            f"row {nested[0]} holds {nested[1]!r}, a sequence: rows of lists must be flat "
+            "sequences of numbers; pass rows of items of a shape as NumPy arrays or tensors"
+        ) from exc
     if values.ndim != 1:
         raise errors.ConfigError(
             f"rows of lists must be flat sequences of numbers (got items of shape "
             f"{values.shape[1:]}); pass rows of items of a shape as NumPy arrays or tensors"
         )
     return values, offsets, None, False
+
+
+def _first_sequence(rows: list[Any]) -> tuple[int, Any] | None:
+    """The first ``(row, item)`` whose item is itself a sequence (looked for only once
+    NumPy has refused the items)."""
+    for i, r in enumerate(rows):
+        for v in r:
+            if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim):
+                return i, v
+    return None
 
 
 def _tensor_array(i: int, row: Any, dtype: DTypeLike | None) -> NDArray[Any]:

@@ -166,7 +166,7 @@ class MDSSource(Closing):
         if cache_dir is not None and not is_object_url(root):
             raise local_cache_refused(f"{root!r}", [os.path.join(root, INDEX)])
         if window_rows is not None:
-            check_window_rows(window_rows, "None: about 1 GiB of shards")
+            window_rows = check_window_rows(window_rows, "None: about 1 GiB of shards")
         if shard_cache_bytes is not None and (
             isinstance(shard_cache_bytes, bool)
             or not isinstance(shard_cache_bytes, int)

@@ -33,6 +33,7 @@ from headrace.formats._row_file import ReaderSpec, RowFile, RowReader
 from headrace.formats._row_plan import (
     EmptyRows,
     check_empty_rows,
+    check_max_retries,
     replace_empty,
     replaced_rows,
     shuffle_fingerprint,
@@ -144,8 +145,6 @@ class PairRows(RowSource):
                         f"{first.path} ({self.members[0].name!r}) has {first.rows}; every member "
                         "needs one row per group"
                     )
-            if not isinstance(max_retries, int) or max_retries < 0:
-                raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
             # pad_id marks padding only in members without a mask file.
             check_pad_id(pad_id, None)
             for mb in self.members:
@@ -166,7 +165,7 @@ class PairRows(RowSource):
                     raise ConfigError(
                         f"pad_id={pad_id} does not fit the output dtype {self.dtype}."
                     )
-            self.max_retries = max_retries
+            self.max_retries = check_max_retries(max_retries)
             self.empty_rows = check_empty_rows(empty_rows)
             # The members whose emptiness replaces a group.
             self._required = [mb for mb in self.members if mb.name not in self.optional]

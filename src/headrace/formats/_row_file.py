@@ -325,7 +325,20 @@ def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
     a = np.ascontiguousarray(rows)
     if a.ndim != 2:
         raise ConfigError(f"{p}: rows must be a 2-D array (got shape {a.shape})")
-    if p.lower().endswith(".npy"):
+    # Checked before writing: what open_row_file refuses would replace the old file first.
+    if 0 in a.shape:
+        what = "0 rows" if a.shape[0] == 0 else "rows of 0 columns"
+        raise ConfigError(
+            f"{p}: rows must hold at least one row of at least one column (got {what}, shape "
+            f"{a.shape}); no reader opens an empty row file: leave the file out instead"
+        )
+    npy = p.lower().endswith(".npy")
+    if not npy and (a.dtype.kind not in _ROW_KINDS or a.dtype.hasobject):
+        raise ConfigError(
+            f"{p}: dtype {a.dtype} cannot be written as raw rows, whose sidecar takes an "
+            "integer, bool or float type (e.g. uint16); convert the rows, or write .npy"
+        )
+    if npy:
         _replace([(p, lambda fh: np.save(fh, a))])
     else:
         name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>u2' kept: not native

@@ -25,6 +25,7 @@ __all__ = [
     "RowWindows",
     "ShuffleMode",
     "check_empty_rows",
+    "check_max_retries",
     "check_window_rows",
     "parse_shuffle",
     "replace_empty",
@@ -46,6 +47,21 @@ def check_empty_rows(empty_rows: object) -> EmptyRows:
             f"(the row as it is, no loss target: for evaluation) (got {empty_rows!r})."
         )
     return empty_rows
+
+
+def check_max_retries(max_retries: object) -> int:
+    """``max_retries`` as an int: a Python or NumPy integer >= 0."""
+    # True would be one retry, and the state's fingerprint would hold true, not 1.
+    if (
+        isinstance(max_retries, bool | np.bool_)
+        or not isinstance(max_retries, int | np.integer)
+        or max_retries < 0
+    ):
+        raise ConfigError(
+            f"max_retries must be an integer >= 0 (got {max_retries!r}): the replacements "
+            "tried for a row without a loss target before EmptyRowsError (default 8)."
+        )
+    return int(max_retries)
 
 
 def replaced_rows(empty_rows: EmptyRows, who: str) -> str | None:
@@ -96,13 +112,20 @@ def parse_shuffle(shuffle: object) -> ShuffleMode | None:
     )
 
 
-def check_window_rows(window_rows: object, default: str) -> None:
-    """``window_rows`` is an integer >= 1 (``default`` describes the default in the message)."""
-    if isinstance(window_rows, bool) or not isinstance(window_rows, int) or window_rows < 1:
+def check_window_rows(window_rows: object, default: str) -> int:
+    """``window_rows`` as an int >= 1, from a Python or NumPy integer (a count NumPy
+    worked out, ``len(rows) // 8``; the fingerprint's JSON wants Python's); ``default``
+    describes the default in the message."""
+    if (
+        isinstance(window_rows, bool | np.bool_)
+        or not isinstance(window_rows, int | np.integer)
+        or window_rows < 1
+    ):
         raise ConfigError(
             f"window_rows must be an integer >= 1 (got {window_rows!r}); it bounds the "
             f"rows of one window of the windowed shuffle (default {default})."
         )
+    return int(window_rows)
 
 
 def shuffle_fingerprint(mode: ShuffleMode, window_rows: int, split: bool = False) -> dict[str, Any]:

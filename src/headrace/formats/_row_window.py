@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -106,13 +106,13 @@ def row_windows(
             return mode, None
         row_bytes = sum(f.stride for f in dict.fromkeys(files))
         window_rows = default_window_rows(files[0].rows, row_bytes)
-    check_window_rows(window_rows, "about 16 MiB of rows")
+    window_rows = check_window_rows(window_rows, "about 16 MiB of rows")
     if mode != "window":
         raise ConfigError(
             f"window_rows={window_rows!r} applies only to shuffle='window' (got shuffle="
             f"{shuffle!r}); drop window_rows or pass shuffle='window'."
         )
-    return mode, RowWindowReader(io, files, cast(int, window_rows))
+    return mode, RowWindowReader(io, files, window_rows)
 
 
 _Memory = dict[RowFile, NDArray[np.uint8]]

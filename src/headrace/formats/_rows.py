@@ -41,6 +41,7 @@ from headrace.formats._row_file import ReaderSpec, RowFile
 from headrace.formats._row_plan import (
     EmptyRows,
     check_empty_rows,
+    check_max_retries,
     replace_empty,
     replaced_rows,
     shuffle_fingerprint,
@@ -258,13 +259,11 @@ class PaddedRows(RowSource):
             # Wider rows are read whole, so that content past context + 1 is seen.
             self._cols = context + 1 if truncate else t.width
             self.truncate = truncate
-            if not isinstance(max_retries, int) or max_retries < 0:
-                raise ConfigError(f"max_retries must be an integer >= 0 (got {max_retries!r}).")
             self.context = context
             self.pad_side: PadSide = pad_side
             self.pad_id = int(pad_id)  # a NumPy integer is no JSON for the state
             self.ignore_index = ignore_index
-            self.max_retries = max_retries
+            self.max_retries = check_max_retries(max_retries)
             self.empty_rows = check_empty_rows(empty_rows)
             files = [t] if self.mask is None else [t, self.mask]
             self._open_rows(files, shuffle, window_rows)

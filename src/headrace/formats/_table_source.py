@@ -149,7 +149,7 @@ class TableSource(Closing):
         shapes: Mapping[str, Sequence[int | None]] | None = None,
     ) -> None:
         mode = parse_shuffle(shuffle)  # None (True) is resolved once the table is open
-        check_window_rows(window_rows, "65536")
+        window_rows = check_window_rows(window_rows, "65536")
         if isinstance(table, Table):
             if shapes is not None:
                 raise ConfigError(

@@ -342,7 +342,7 @@ class Table(Closing):
         after another (:class:`~headrace.formats._row_plan.RowWindows`): read in
         another order, each sub-window restarts the stream."""
         if window_rows is not None:
-            check_window_rows(window_rows, "None: whole row groups")
+            window_rows = check_window_rows(window_rows, "None: whole row groups")
         self._split_rows = window_rows
         self._set_spans()
 
