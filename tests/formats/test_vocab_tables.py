@@ -136,7 +136,9 @@ def test_packed_sequences_name_the_shard_row_and_position(tmp_path: Path) -> Non
     with pytest.raises(FormatError) as info:
         src.read(0, np.arange(n))
     msg = str(info.value)
-    assert "data-00001-of-00002.arrow: column 'input_ids', row 260, position 3" in msg
+    # Row 260 of the dataset is row 60 of its second shard of 200 rows (it said "row 260").
+    assert "data-00001-of-00002.arrow: column 'input_ids', row 60, position 3" in msg
+    assert "(row 260 of the dataset, token offset" in msg
     assert "token id -2 is outside" in msg
     offset = sum(len(r) for r in ids[:260]) + 3
     assert f"token offset {offset} of the packed stream" in msg

@@ -113,6 +113,8 @@ def table_token_files(
     segments, bounds = [], []
     tokens = 0
     versions: list[tuple[int, str]] = []
+    first_rows: list[int] = []  # the dataset row each shard's rows start at
+    rows = 0
     for m, (f, (dtype, seg, starts, n, stamp)) in enumerate(
         zip(files, _column_streams(pa, files, column), strict=True)
     ):
@@ -123,6 +125,8 @@ def table_token_files(
             )
         dtypes.add(dtype)
         segments.append(np.column_stack([np.full(len(seg), m), seg]))
+        first_rows.append(rows)
+        rows += len(starts)
         bounds.append(tokens + starts)
         tokens += n
         versions.append((stamp[2], _local_version(stamp)))
@@ -141,6 +145,7 @@ def table_token_files(
             dataset=saved_fingerprint(root),
             # The byte ranges are of these versions of the shards: read from no other.
             member_stamps=tuple(versions),
+            member_rows=tuple(first_rows),
         )
     ]
 
@@ -250,9 +255,13 @@ def _remote_stream(
     isz = dtype.itemsize
     segments, bounds = [], []
     tokens = 0
+    first_rows: list[int] = []  # the dataset row each shard's rows start at
+    rows = 0
     for m, (part, reads) in enumerate(zip(parts, [r for _, r in plans], strict=True)):
+        first_rows.append(rows)
         for at, limit, fetched, _ in reads:
             offsets = fetched.astype(np.int64)
+            rows += len(offsets) - 1
             n = int(offsets[-1] - offsets[0])
             if offsets[0] < 0 or n < 0 or (offsets[0] + n) * isz > limit:
                 raise FormatError(
@@ -276,6 +285,7 @@ def _remote_stream(
         bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
         dataset=saved,
         member_infos=tuple((info.size, info.etag) for _, info in objects),
+        member_rows=tuple(first_rows),
     )
 
 

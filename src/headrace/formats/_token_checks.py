@@ -105,6 +105,8 @@ def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> 
                     "TokenSource in a Mixture"
                 )
             seen[same] = f.path
+        else:
+            _refuse_members_twice(f, seen)
         if f.segments is not None and (
             not f.members or (f.remote and len(f.member_infos) != len(f.members))
         ):
@@ -125,6 +127,28 @@ def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> 
                 "for a validation pass)"
             )
     return files[0].dtype
+
+
+def _refuse_members_twice(f: TokenFile, seen: dict[object, str]) -> None:
+    """A column of token lists (:func:`~headrace.formats.table_token_files`) whose shard
+    another listed stream holds too: a dataset listed twice, read twice an epoch. Another
+    column of the same shards is other tokens, and passes."""
+    # A local shard by its device and inode where its ranges were found (no stat here:
+    # a dataset of 500 shards on a network mount would pay 500 round trips).
+    ids = [v.rsplit(":", 1)[0] for _, v in f.member_stamps]
+    if len(ids) != len(f.members):
+        ids = list(f.members)
+    for member, ident in zip(f.members, ids, strict=True):
+        same = (f.format, ident)
+        if same in seen:
+            raise ConfigError(
+                f"{member}: its column {f.format.partition(':')[2]!r} is in two of the "
+                f"token streams listed ({seen[same]} and {f.path}); each is read once an "
+                "epoch, so the shard's tokens would be read twice as often, silently. "
+                "List each dataset once; to weight one up, give it its own TokenSource "
+                "in a Mixture"
+            )
+        seen[same] = f.path
 
 
 def check_positions(

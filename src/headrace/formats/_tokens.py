@@ -68,6 +68,9 @@ class TokenFile:
     # Local shards: each member's size and device:inode:mtime_ns where its ranges were
     # found (another file or version under its path is refused).
     member_stamps: tuple[tuple[int, str], ...] = field(default=(), compare=False, repr=False)
+    # A column's token lists: the dataset row each member's rows start at, so a refusal
+    # names a row of its shard ("row 3" of the shard named, not the dataset's row 15).
+    member_rows: tuple[int, ...] = field(default=(), compare=False, repr=False)
     # A local file's (device, inode) when described: its size, index and sidecar are of
     # that file, so its reads must be too (None: a TokenFile made by hand, or an old one).
     identity: tuple[int, int] | None = field(default=None, compare=False, repr=False)
@@ -233,6 +236,28 @@ def _parse_sidecar(side: str, raw: bytes) -> tuple[np.dtype[np.generic], int | N
         ) from exc
 
 
+def _nanogpt_dtype(
+    p: str, dtype: DTypeLike | None, side: str, side_raw: bytes | None
+) -> tuple[np.dtype[np.generic], int | None]:
+    """uint16, nanoGPT's dtype, and the sidecar's token count: a ``dtype=`` or sidecar
+    saying another dtype is refused, not dropped (read as uint16, each id of 4 bytes
+    is two, and ids past 131,071 slip by the head check of :func:`_refuse_wide_nanogpt`)."""
+    u16 = np.dtype(np.uint16)
+    said = [] if dtype is None else [(f"dtype={np.dtype(dtype)} given", _check_dtype(p, dtype))]
+    tokens = None
+    if side_raw is not None:
+        side_dt, tokens = _parse_sidecar(side, side_raw)
+        said.append((f"{side} says {side_dt}", side_dt))
+    for what, dt in said:
+        if dt != u16:
+            raise ConfigError(
+                f"{p}: format='nanogpt' reads nanoGPT's uint16 tokens, but {what}: read "
+                f"as uint16, each {dt} id would become two. For {dt} tokens pass "
+                f"format='raw' (or leave format out) with dtype='{dt}'"
+            )
+    return u16, tokens
+
+
 def open_token_file(
     path: str | os.PathLike[str],
     dtype: DTypeLike | None = None,
@@ -286,7 +311,7 @@ def describe_token_file(
             side_raw = files.read(side)
             nanogpt = p.rsplit("/", 1)[-1] in ("train.bin", "val.bin")
             format = "nanogpt" if nanogpt and dtype is None and side_raw is None else "raw"
-    elif format == "raw":
+    elif format in ("raw", "nanogpt"):  # auto's nanoGPT has none: it read it above
         side_raw = files.read(side)
     tokens: int | None = None
     if format == "megatron":
@@ -296,7 +321,7 @@ def describe_token_file(
         if dtype is not None and _check_dtype(p, dtype) != dt:
             raise ConfigError(f"{p}: dtype {np.dtype(dtype)} given but the index says {dt}")
     elif format == "nanogpt":
-        dt = np.dtype(np.uint16)
+        dt, tokens = _nanogpt_dtype(p, dtype, side, side_raw)
     elif format == "raw":
         side_dt, tokens = _parse_sidecar(side, side_raw) if side_raw is not None else (None, None)
         if dtype is None and side_dt is None:

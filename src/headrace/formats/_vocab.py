@@ -132,9 +132,21 @@ def token_place(f: TokenFile, at: int) -> str:
         row = int(np.searchsorted(f.bounds, at, side="right")) - 1  # an empty row: skipped
         ends = np.cumsum(f.segments[:, 2])
         piece = int(np.searchsorted(ends, at * f.dtype.itemsize, side="right"))
-        shard = f.members[int(f.segments[piece, 0])]
+        member = int(f.segments[piece, 0])
+        shard = f.members[member]
+        column, position = f.format.partition(":")[2], at - int(f.bounds[row])
+        if len(f.members) < 2:  # its rows are the dataset's
+            return (
+                f"{shard}: column {column!r}, row {row}, position {position} (token offset "
+                f"{at} of the packed stream)"
+            )
+        if len(f.member_rows) != len(f.members):  # a TokenFile made without them
+            return (
+                f"{shard}: column {column!r}, position {position} of the dataset's row "
+                f"{row} (token offset {at} of the packed stream)"
+            )
         return (
-            f"{shard}: column {f.format.partition(':')[2]!r}, row {row}, position "
-            f"{at - int(f.bounds[row])} (token offset {at} of the packed stream)"
+            f"{shard}: column {column!r}, row {row - f.member_rows[member]}, position "
+            f"{position} (row {row} of the dataset, token offset {at} of the packed stream)"
         )
     return f"{f.path}: token offset {at} (byte {at * f.dtype.itemsize})"
