@@ -120,7 +120,11 @@ def test_save_to_disk_names_the_shard_and_the_fingerprint_is_unchanged(tmp_path:
     with pytest.raises(FormatError) as info:
         src.read(0, np.arange(250, 350))
     msg = str(info.value)
-    assert "data-00001-of-00002.arrow: column 'input_ids', row 300 (sample 300), position 0" in msg
+    # Row 100 of the second shard of 200 rows (it said "row 300", a row no shard has).
+    assert (
+        "data-00001-of-00002.arrow: column 'input_ids', row 100 (row 300 of the table, sample "
+        "300), position 0"
+    ) in msg
     assert f"token id {V + 4} " in msg
 
 

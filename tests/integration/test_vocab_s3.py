@@ -53,7 +53,7 @@ def test_a_table_and_its_packed_stream_on_s3_name_the_object(s3: S3Fixture, tmp_
 
     local = messages(str(root))
     remote = messages(URL, store_options=options(s3))
-    assert f"{URL}/{shard}: column 'input_ids', row 220 (sample " in remote[0]
+    assert f"{URL}/{shard}: column 'input_ids', row 70 (row 220 of the table, sample " in remote[0]
     # Row 220 of the dataset is row 70 of its second shard of 150 rows (it said "row 220").
     assert f"{URL}/{shard}: column 'input_ids', row 70, position 1 " in remote[1]
     assert "(row 220 of the dataset, token offset" in remote[1]

@@ -569,17 +569,11 @@ class TableSource(Closing):
         rows = self._rows(seed, samples)
         data = self.table.read_rows(rows, self.names)
         out: dict[str, NDArray[Any]] = {}
-        files: list[str] | None = None
         for c in self.names:
             v = data[c]
             if c in self.images:
                 assert isinstance(v, Ragged)
-                if files is None:
-                    files = self.table.files_of(rows)
-                names = [
-                    f"{f}: column {c!r}, row {r} (sample {s})"
-                    for f, r, s in zip(files, rows.tolist(), samples.tolist(), strict=True)
-                ]
+                names = self.table.row_names(rows, samples, c)
                 out.update(self._decoder.decode(c, v, names))
                 continue
             if isinstance(v, Ragged):
@@ -638,10 +632,7 @@ class TableSource(Closing):
             return
         i, k, j = min(found)
         c, vocab = list(self.vocab.items())[k]
-        where = (
-            f"{self.table.files_of(rows[i : i + 1])[0]}: column {c!r}, row {int(rows[i])} "
-            f"(sample {int(samples[i])})"
-        )
+        where = self.table.row_names(rows[i : i + 1], samples[i : i + 1], c)[0]
         ids = out[c].reshape(len(rows), -1)
         if out[c].ndim > 1:
             # A row of a shape ((2, 1024): chunks of ids; rows of lists) says where by each

@@ -418,10 +418,22 @@ class Table(Closing):
         for fetch in pending.values():
             fetch.discard()
 
-    def files_of(self, rows: NDArray[np.int64]) -> list[str]:
-        """The file each row lies in (what a message about that row names)."""
+    def row_names(
+        self, rows: NDArray[np.int64], samples: NDArray[np.int64], column: str
+    ) -> list[str]:
+        """What a message about each row names: its file, the column, its row in that file
+        (with the table's beside, where the table has several files), and its sample."""
         part = self._spans.part[self._spans.of(rows)]
-        return [self._parts[i].path for i in part.tolist()]
+        # Spans are in table order, files too: a file's first row starts its first span.
+        local = rows - self._spans.starts[np.searchsorted(self._spans.part, part)]
+        several = len(self._parts) > 1
+        return [
+            f"{self._parts[p].path}: column {column!r}, row {r}"
+            + (f" (row {t} of the table, sample {s})" if several else f" (sample {s})")
+            for p, r, t, s in zip(
+                part.tolist(), local.tolist(), rows.tolist(), samples.tolist(), strict=True
+            )
+        ]
 
     def spans_of(self, rows: NDArray[np.int64]) -> NDArray[np.int64]:
         """The row group / record batch of each row, in table order."""
