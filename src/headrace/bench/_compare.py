@@ -7,7 +7,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from headrace.bench._report import SCHEMA_VERSION, fresh_pass_rate, rate_text
+from headrace.bench._report import (
+    SCHEMA_VERSION,
+    au_text,
+    au_thresholds,
+    fresh_pass_rate,
+    rate_text,
+)
 from headrace.errors import ConfigError
 
 __all__ = ["compare", "load_report"]
@@ -190,6 +196,38 @@ def _machine(report: dict[str, Any]) -> str | None:
     return f"{m.get('cpu_model')}, {cores} cores, {(m.get('memory_bytes') or 0) / 1e9:.1f} GB"
 
 
+def _compute(report: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """Each workload's simulated compute, what its AU is measured against: (accelerators,
+    computation_time, its stdev, au_threshold); a workload without compute is left out."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for w in report.get("workloads") or []:
+        if not isinstance(w, dict) or not isinstance(w.get("workload"), dict):
+            continue
+        train = w["workload"].get("train") or {}
+        t, sd = train.get("computation_time"), train.get("computation_time_stdev")
+        # Hand-made reports: a field left out, or of another type, is let be.
+        if not isinstance(t, int | float) or isinstance(t, bool) or t <= 0:
+            continue
+        out[str(w.get("name"))] = (
+            w.get("accelerators", 1),
+            t,
+            sd if _number(sd) else 0.0,
+            train.get("au_threshold"),
+        )
+    return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _compute_text(c: tuple[Any, ...], threshold: bool) -> str:
+    n, t, sd, au = c
+    said = f"{n} accelerator{'' if n == 1 else 's'}, {t * 1e3:.4g} ms a step"
+    said += f" (stdev {sd * 1e3:.4g} ms)" if sd else ""
+    return said + (f", AU threshold {au}" if threshold else "")
+
+
 def _trials(definition: dict[str, Any] | None) -> str:
     train = (definition or {}).get("train") or {}
     return f"{train.get('trials')} trials of {train.get('steps')} steps"
@@ -197,9 +235,10 @@ def _trials(definition: dict[str, Any] | None) -> str:
 
 def _notes(a: dict[str, Any], b: dict[str, Any], other: dict[str, list[str]]) -> list[str]:
     """What the two reports did not share, said before their ratios: the machine, each
-    workload's storage and trials (B/A measures those too), and data or plan (B/A of
-    samples/s, digests not compared). `compare` of a local run against one on S3 at 20 ms
-    said nothing of it: its 0.02x read as a loader's regression."""
+    workload's storage and trials (B/A measures those too), its simulated compute (the AU
+    columns measure it too), and data or plan (B/A of samples/s, digests not compared).
+    `compare` of a local run against one on S3 at 20 ms said nothing of it: its 0.02x read
+    as a loader's regression."""
     notes = []
     ma, mb = _machine(a), _machine(b)
     if ma is not None and mb is not None and ma != mb:
@@ -216,6 +255,16 @@ def _notes(a: dict[str, Any], b: dict[str, Any], other: dict[str, list[str]]) ->
         ta, tb = _trials(defs_a[name]), _trials(defs_b[name])
         if ta != tb:
             notes.append(f"{name}: the reports ran {ta} (A) and {tb} (B)")
+    ca, cb = _compute(a), _compute(b)
+    # A side without compute has no AU to misread: its AU cells are "-".
+    for name in sorted(ca.keys() & cb.keys()):
+        if ca[name] != cb[name]:
+            threshold = ca[name][3] != cb[name][3]
+            notes.append(
+                f"{name}: the reports simulated other compute (A: "
+                f"{_compute_text(ca[name], threshold)}; B: {_compute_text(cb[name], threshold)}"
+                "): their AU compares that too, not the storage alone"
+            )
     notes += [
         f"{name}: the reports ran other data or another plan ({'; '.join(said)}): "
         "their samples differ, so digests are not compared; B/A is of samples/s"
@@ -243,6 +292,7 @@ def compare(a_path: str, b_path: str) -> int:
         print(f"note: {note}")
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
     extra = _extra_columns([*a["results"], *b["results"]])
+    ta, tb = au_thresholds(a), au_thresholds(b)
     head = "".join(f" {name + ' A':>{w}s} {'B':>{w}s}" for name, _, w in extra)
     print(
         f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
@@ -258,32 +308,37 @@ def compare(a_path: str, b_path: str) -> int:
         # where the batches agree).
         ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
         same = "not compared (other data or plan: see above)" if name in other else _same(old, r)
-        cells = "".join(f" {show(old):>{w}s} {show(r):>{w}s}" for _, show, w in extra)
+        cells = "".join(f" {show(old, ta):>{w}s} {show(r, tb):>{w}s}" for _, show, w in extra)
         print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}")
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
     return 0
 
 
-def _au(r: dict[str, Any]) -> str:
+def _au(r: dict[str, Any], thresholds: dict[str, float]) -> str:
     au = r.get("au")
-    return "-" if au is None else f"{au:.2f} " + ("ok" if r.get("au_pass") else "FAIL")
+    if au is None:
+        return "-"
+    shown = au_text(au, r.get("au_pass"), thresholds.get(r["workload"]))
+    return f"{shown} " + ("ok" if r.get("au_pass") else "FAIL")
 
 
-def _accelerators(r: dict[str, Any]) -> str:
+def _accelerators(r: dict[str, Any], _thresholds: dict[str, float]) -> str:
     n = r.get("max_accelerators")
     return "-" if n is None else f"{n:,}"
 
 
-def _extra_columns(
-    results: list[dict[str, Any]],
-) -> list[tuple[str, Callable[[dict[str, Any]], str], int]]:
+#: A column's cell of a result, given its report's AU thresholds by workload.
+_Cell = Callable[[dict[str, Any], dict[str, float]], str]
+
+
+def _extra_columns(results: list[dict[str, Any]]) -> list[tuple[str, _Cell, int]]:
     """AU and ``max acc.`` (``--accelerators auto``), A and B, where either report has
     them: what a run with compute answers ("how many accelerators does this storage keep
     busy?"), and compare showed batches/s alone."""
-    out: list[tuple[str, Callable[[dict[str, Any]], str], int]] = []
+    out: list[tuple[str, _Cell, int]] = []
     if any(r.get("au") is not None for r in results):
-        out.append(("AU", _au, 9))
+        out.append(("AU", _au, 11))  # "0.8996 FAIL": more decimals by a threshold
     if any(r.get("max_accelerators") is not None for r in results):
         out.append(("max acc.", _accelerators, 10))
     return out

@@ -7,6 +7,7 @@ from typing import Any
 
 from headrace._output_path import check_output_path
 from headrace.bench._report import (
+    au_thresholds,
     headline_rate,
     short_au,
     short_au_note,
@@ -97,8 +98,10 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
     bar_labels = [f"{label}*" if m else label for label, m in zip(labels, marked, strict=True)]
     if sweep:  # throughput against the swept value, one line per base variant
         key = sweep.partition("=")[0]
-        lines = sweep_lines(results, key)
-        short_lines = set(sweep_lines([r for r, m in zip(results, marked, strict=True) if m], key))
+        several = len({r["workload"] for r in results}) > 1
+        lines = sweep_lines(results, key, several=several)
+        starred = [r for r, m in zip(results, marked, strict=True) if m]
+        short_lines = set(sweep_lines(starred, key, several=several))
         values = list(dict.fromkeys(v for pts in lines.values() for v, _ in pts))
         numeric = all(_is_number(v) for v in values)
         # Numbers > 0 on a log2 axis (1, 8, 32, 64); anything else (0, names such as
@@ -134,17 +137,22 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
     ax.set_title("throughput")
     if has_au:
         ax2 = axes[0][1]
-        au = [r.get("au") or 0.0 for r in results]
-        ax2.bar(range(len(au)), au, color="#81c3d7")
-        thresholds = [
-            0.9 if w.get("au_threshold") is None else w["au_threshold"]
-            for w in report.get("workloads") or []
-        ]
-        ax2.axhline(min(thresholds or [0.9]), color="red", ls="--", label="AU threshold")
+        # Only the results with an AU: a workload without compute (its table cell "-")
+        # was drawn at AU 0 beside one with, and the line was the lowest threshold of every
+        # workload, those without compute included (0.90 under bars judged at 0.95).
+        measured = [(x, r) for x, r in zip(labels, results, strict=True) if r.get("au") is not None]
+        ax2.bar(range(len(measured)), [r["au"] for _, r in measured], color="#81c3d7")
+        limits = au_thresholds(report)
+        marks = [limits.get(r["workload"], 0.9) for _, r in measured]
+        if len(set(marks)) == 1:
+            ax2.axhline(marks[0], color="red", ls="--", label="AU threshold")
+        else:  # each bar against its own workload's
+            at = range(len(marks))
+            ax2.hlines(marks, [i - 0.45 for i in at], [i + 0.45 for i in at], color="red", ls="--")
         # Marked as the table's AU column is: AU from short trials, whatever the kind (a
         # files workload's bars are its fresh passes, but its AU is its trials').
-        au_labels = [f"{x}*" if short_au(r) else x for x, r in zip(labels, results, strict=True)]
-        ax2.set_xticks(range(len(au)), au_labels, fontsize=8)
+        au_labels = [f"{x}*" if short_au(r) else x for x, r in measured]
+        ax2.set_xticks(range(len(measured)), au_labels, fontsize=8)
         ax2.set_ylim(0, 1)
         ax2.set_title("accelerator utilisation (compute / wall)")
     cpu = (report.get("machine") or {}).get("cpu_model") or ""
@@ -167,11 +175,18 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def sweep_lines(results: list[dict[str, Any]], key: str) -> dict[str, list[tuple[str, float]]]:
+def sweep_lines(
+    results: list[dict[str, Any]], key: str, *, several: bool | None = None
+) -> dict[str, list[tuple[str, float]]]:
     """(swept value, GB/s the table shows) per variant less its swept option: by the
     name alone, ``headrace?prefetch=0&in_flight=8`` and ``headrace?prefetch=8&in_flight=8``
-    were one line with two points at each value."""
+    were one line with two points at each value. Of a run of several workloads, each
+    line is named ``workload/variant``: by the variant alone, ``-w tokens -w megatron``
+    drew both workloads' headrace-sync as one line with two points at each value
+    (``several``: whether to name them so, by default where ``results`` span several)."""
     lines: dict[str, list[tuple[str, float]]] = {}
+    if several is None:
+        several = len({r["workload"] for r in results}) > 1
     for r in results:
         name, _, query = r["variant"].partition("?")
         parts = [p for p in query.split("&") if "=" in p]
@@ -179,5 +194,6 @@ def sweep_lines(results: list[dict[str, Any]], key: str) -> dict[str, list[tuple
         if key in opts:
             rest = "&".join(p for p in parts if p.partition("=")[0] != key)
             label = f"{name}?{rest}" if rest else name
+            label = f"{r['workload']}/{label}" if several else label
             lines.setdefault(label, []).append((opts[key], headline_rate(r)[3]))
     return lines

@@ -17,6 +17,8 @@ from headrace.bench._kind import DELIVERED, TOKENS_DELIVERED
 __all__ = [
     "SCHEMA_VERSION",
     "SHORT_TRIAL_STEPS",
+    "au_text",
+    "au_thresholds",
     "format_stage_table",
     "format_table",
     "fresh_pass_rate",
@@ -45,6 +47,28 @@ def _small(v: float) -> str:
     return f"{v:,.2f}" if v == 0 or abs(v) >= 0.1 else f"{v:.3g}"
 
 
+def au_text(au: float, passed: bool | None, threshold: float | None) -> str:
+    """An AU to two decimals, or as many more as it takes not to read as the other side of
+    ``threshold`` from its verdict ``passed``: 0.8996 against 0.90 printed "0.90 FAIL"."""
+    text = f"{au:.2f}"
+    if threshold is None or passed is None:
+        return text
+    for decimals in range(3, 7):
+        if (float(text) >= threshold) == passed:
+            break
+        text = f"{au:.{decimals}f}"
+    return text
+
+
+def au_thresholds(report: dict[str, Any]) -> dict[str, float]:
+    """Each workload's AU threshold, by name (hand-made reports: none)."""
+    return {
+        str(w.get("name")): float(w["au_threshold"])
+        for w in report.get("workloads") or []
+        if isinstance(w, dict) and isinstance(w.get("au_threshold"), int | float)
+    }
+
+
 def rate_text(v: float) -> str:
     """A batches/s figure: whole numbers from 10 up, three significant digits below (a
     full-size UNet3D batch of 7 x 147 MB at 0.5 GB/s is 0.49 batches/s, printed "0")."""
@@ -61,9 +85,10 @@ SHORT_TRIAL_STEPS = 256
 
 
 def short_trials(r: dict[str, Any]) -> bool:
-    """Whether a result's trials are short beside a read-ahead queue (see above). A
-    variant without one (a naive loop, ``headrace-sync``, memcpy) starts each trial
-    from nothing, however short it is (a report without ``read_ahead``: any variant)."""
+    """Whether a result's trials are short beside a read-ahead queue (see above), or the
+    chunks of steps a Loader gathers at a chunk's first batch (``headrace-sync``). A
+    variant without either (a naive loop, memcpy) starts each trial from nothing, however
+    short it is (a report without ``read_ahead``: any variant)."""
     steps = r.get("steps_per_trial")
     return steps is not None and steps < SHORT_TRIAL_STEPS and r.get("read_ahead", True)
 
@@ -178,6 +203,7 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "sha256",
     ]
     rows = []
+    thresholds = au_thresholds(report)
     for r in report["results"]:
         shown = table_figures(r)  # what the JSON's "table" says, cell for cell
         rate, spread = shown["batches_per_s"], shown["batches_per_s_spread"]
@@ -196,7 +222,9 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 _x(shown["ratio_to_memcpy"]) + mark * (shown["ratio_to_memcpy"] is not None),
                 "-"
                 if au is None
-                else f"{au:.2f}{'*' * short_au(r)}" + (" ok" if r.get("au_pass") else " FAIL"),
+                else au_text(au, r.get("au_pass"), thresholds.get(r["workload"]))
+                + "*" * short_au(r)
+                + (" ok" if r.get("au_pass") else " FAIL"),
                 _mib(r["bytes_before_first_batch"]),
                 _mib(r["peak_rss_bytes"]),
                 "-" if r["amplification"] is None else f"{r['amplification']:.2f}",
