@@ -383,9 +383,12 @@ def test_compare_prints_ratios_and_digest_agreement(
     a = report(tmp_path / "a.json", 100.0, "d1")
     b = report(tmp_path / "b.json", 250.0, "d2")
     zero = report(tmp_path / "z.json", 0.0, "d1")
-    assert main(["bench", "compare", a, b]) == 0
-    out = capsys.readouterr().out
+    # Other bytes over the same data and plan: exit 1, as a run whose variants disagree
+    # (0 until 2026-12-06: a script comparing with a baseline passed it).
+    assert main(["bench", "compare", a, b]) == 1
+    out, err = capsys.readouterr()
     assert "2.50x" in out and "DIFFERS" in out
+    assert "1 variant(s) delivered other bytes in B than in A" in err
     assert main(["bench", "compare", zero, a]) == 0  # no ZeroDivisionError
     assert "same" in capsys.readouterr().out
     none = tmp_path / "n.json"
@@ -458,7 +461,7 @@ def test_compare_order_free_variants_by_their_canonical_digest(
     for compared, canonical, said in cases:
         a = report(tmp_path / "a.json", compared, "d1", "c1")
         b = report(tmp_path / "b.json", compared, "d2", canonical)
-        assert main(["bench", "compare", a, b]) == 0
+        assert main(["bench", "compare", a, b]) == int(said.startswith("DIFFERS"))
         line = capsys.readouterr().out.splitlines()[1]
         assert line.endswith(said), line
 
@@ -496,7 +499,7 @@ def test_compare_says_when_the_reports_ran_other_data_or_batches(
     b = report(tmp_path / "b.json", 150.0, "d2", 0.25, 32)
     text = Path(b).read_text().replace('"prefetch": 8', '"prefetch": 0')
     Path(b).write_text(text)
-    assert main(["bench", "compare", a, b]) == 0
+    assert main(["bench", "compare", a, b]) == 1
     out = capsys.readouterr().out
     assert "1.50x  DIFFERS" in out and "note:" not in out
 

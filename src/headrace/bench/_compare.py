@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -298,6 +299,7 @@ def compare(a_path: str, b_path: str) -> int:
         f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
         "  digest"
     )
+    differ = 0
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
         if old is None:
@@ -310,8 +312,18 @@ def compare(a_path: str, b_path: str) -> int:
         same = "not compared (other data or plan: see above)" if name in other else _same(old, r)
         cells = "".join(f" {show(old, ta):>{w}s} {show(r, tb):>{w}s}" for _, show, w in extra)
         print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}")
+        differ += same.startswith("DIFFERS")
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
+    if differ:
+        # Exit 1, as a run whose variants disagree: a script that compares each run with a
+        # baseline read 0, and a change of the bytes delivered passed as a speed-up.
+        print(
+            f"headrace bench compare: {differ} variant(s) delivered other bytes in B than in "
+            "A (DIFFERS above), over the same data and plan",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
