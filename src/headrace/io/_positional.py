@@ -130,7 +130,9 @@ def read_spans(
     if alignment:
         starts = starts // alignment * alignment
         ends = -(-ends // alignment) * alignment
-        chunk = max(MIN_PIECE, max_span) // alignment * alignment
+        # At least one block: an alignment above max(MIN_PIECE, max_span) rounded the
+        # piece down to 0 bytes (a division by zero splitting the spans).
+        chunk = max(alignment, max(MIN_PIECE, max_span) // alignment * alignment)
     else:
         chunk = max(MIN_PIECE, max_span)
     p_start, p_end, p_pos, owner = chunk_spans(starts, ends, chunk)

@@ -375,20 +375,27 @@ class RangeReader(Closing):
         if end > f.size:
             size = f.current_size()
             if end > size:
-                i = int(np.argmax(ends > size))
-                raise ReadEOFError(
-                    f"{path}: range {i} = bytes [{int(offsets[i])}, {int(ends[i])}) is past the "
-                    f"end of the file, which has {size} bytes"
-                )
+                raise _past_end(path, offsets, ends, size, f.size)
         requested = int(lengths.sum())
-        mode, probe = self._choose()
+        # A read of no bytes says nothing of the storage: it is no probe, no check of
+        # its file, and the policy does not see it. Timed at ~0 s, it counted as a fast
+        # mapped probe and sent a reader on slow storage back to mapped reads; as a
+        # file's first read it marked the file checked, so the next read of cold rows
+        # walked the map one fault at a time.
+        timed = requested > 0
+        mode, probe = self._choose(timed)
         if mode == MAPPED and self._adaptive is not None and not f.mappable:
             # A filesystem that cannot map (ENODEV) is not a question of timing: this
             # file is read in parallel, and the policy still rules the reader's others.
             mode = PARALLEL
         t0 = self._clock()
         estimate: float | None = None
-        if mode == MAPPED and self._adaptive is not None and (probe or path not in self._checked):
+        if (
+            mode == MAPPED
+            and self._adaptive is not None
+            and timed
+            and (probe or path not in self._checked)
+        ):
             estimate = self._check_mapped(f, offsets, lengths, end)
             if estimate is not None:
                 mode = PARALLEL
@@ -412,11 +419,12 @@ class RangeReader(Closing):
             seconds=t2 - t0,
             engine=engine,
         )
-        self._observe(mode, probe, t2 - t1, len(offsets), estimate)
-        if self._adaptive is not None:
-            # Marked once the policy has seen this read: a read of the same file
-            # that started meanwhile checks too, rather than walk it mapped.
-            self._checked.add(path)
+        if timed:
+            self._observe(mode, probe, t2 - t1, len(offsets), estimate)
+            if self._adaptive is not None:
+                # Marked once the policy has seen this read: a read of the same file
+                # that started meanwhile checks too, rather than walk it mapped.
+                self._checked.add(path)
         return result
 
     def _check_mapped(
@@ -438,7 +446,7 @@ class RangeReader(Closing):
         (64 READs in flight at most) the next read of 64 rows took 2-3 round
         trips instead of one.
         """
-        if mapped_view(f, end) is None or end == 0:  # None: grew past its map (read positionally)
+        if _mapped_view(f, offsets, lengths, end) is None or end == 0:  # None: grew past its map
             return None
         # An empty row reads nothing: never the sample, nor a fault.
         missing = np.flatnonzero(~f.resident(offsets, lengths) & (lengths > 0))
@@ -473,7 +481,7 @@ class RangeReader(Closing):
         """``(buffer, positions, bytes read, engine)``; the engine is "" for mapped reads."""
         cfg = self.config
         if mode == MAPPED:
-            view = mapped_view(f, end)
+            view = _mapped_view(f, offsets, lengths, end)
             if view is not None:
                 if f.network:  # a failed page there: an error now, not SIGBUS at the copy
                     populate_ranges(f, view, offsets, lengths)
@@ -521,10 +529,14 @@ class RangeReader(Closing):
             )
         return ring
 
-    def _choose(self) -> tuple[str, bool]:
+    def _choose(self, timed: bool = True) -> tuple[str, bool]:
+        """The mode of the next read and whether it probes; ``timed=False`` (a read of
+        no bytes): the current mode, without counting the read towards a probe."""
         if self._adaptive is None:
             return self._fixed_mode, False
         with self._policy_lock:
+            if not timed:
+                return self._adaptive.mode, False
             return self._adaptive.choose()
 
     def _observe(
@@ -544,6 +556,33 @@ class RangeReader(Closing):
             switched += a.observe(mode, seconds, rows, probe=probe_of)
             current = a.mode
         self._stats.policy(current_mode=current, switched=switched, probe=probe)
+
+
+def _past_end(
+    path: str, offsets: NDArray[np.int64], ends: NDArray[np.int64], size: int, opened: int
+) -> ReadEOFError:
+    """The error for a read whose ranges end past ``size``, the file's size now: it
+    names the first such range, as the caller gave it (``opened``: the size at open)."""
+    i = int(np.argmax(ends > size))
+    shrank = f" (it had {opened} bytes when opened: it shrank)" if size < opened else ""
+    return ReadEOFError(
+        f"{path}: range {i} = bytes [{int(offsets[i])}, {int(ends[i])}) is past the end of "
+        f"the file, which has {size} bytes{shrank}"
+    )
+
+
+def _mapped_view(
+    f: LocalFile, offsets: NDArray[np.int64], lengths: NDArray[np.int64], end: int
+) -> NDArray[np.uint8] | None:
+    """:func:`mapped_view`, whose refusal of a file that shrank under its map names the
+    caller's first range past the end (its own names the last byte asked for only)."""
+    try:
+        return mapped_view(f, end)
+    except ReadEOFError as exc:
+        size = f.current_size()
+        if end <= size:  # grew back meanwhile: the guard's own words
+            raise
+        raise _past_end(f.path, offsets, offsets + lengths, size, f.size) from exc
 
 
 def _byte_view(buf: Any, nbytes: int, i: int) -> NDArray[np.uint8]:
