@@ -161,8 +161,22 @@ def _assert_flat(
     assert more < max(units // 20, 50), f"{more} objects more over {units:,}"
 
 
+def _start_pool_threads() -> None:
+    """Start every thread of the shared pools. A pool starts one when work finds none
+    idle, so on a loaded machine a few more start between the marks than before them:
+    4 threads' objects (locks, events, frames' cells), 128 objects over 100 cycles, read
+    as growth (failed 2 runs in 3 alone while other jobs ran, 2026-12-06)."""
+    for p in POOLS:
+        started = threading.Barrier(p.threads + 1)
+        waits = [p.get().submit(started.wait) for _ in range(p.threads)]
+        started.wait()
+        for w in waits:
+            w.result()
+
+
 @pytest.fixture
 def traced() -> Iterator[None]:
+    _start_pool_threads()
     tracemalloc.start()
     try:
         yield
