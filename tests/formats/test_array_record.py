@@ -160,6 +160,8 @@ def test_decode_false_gives_each_records_bytes(tmp_path: Path) -> None:
     [
         (pickle.dumps({"a": 1}), r"is not a tf\.train\.Example"),
         (b"x" * 10, r"record 0 \(chunk 0 at offset 64\) parses as a tf\.train\.Example of no"),
+        # A SequenceExample's feature_lists (field 2): its steps were dropped unread.
+        (b"\x12\x02\x0a\x00", r"record 0 \(chunk 0 at offset 64\): .*SequenceExample"),
     ],
 )
 def test_records_that_are_not_examples_say_to_read_bytes(

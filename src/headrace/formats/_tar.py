@@ -9,7 +9,8 @@ member's 512-byte header through ``at(offset, length)`` (a shard in memory, or a
 index of a shard costs its headers, never its data.
 
 What Python's ``tarfile`` (so ``webdataset.TarWriter``) writes is read: ustar, GNU
-long names (``././@LongLink``), PAX headers (``path=``, ``size=``), directories and
+long names (``././@LongLink``), PAX headers (``path=``, ``size=``; Solaris's type ``X``
+too, as ``tarfile`` reads them), directories and
 other members that are not regular files (skipped, as ``tarfile.isreg()`` skips
 them), the zero block that ends the archive and anything after it. Refused by name,
 with the offset: a header whose checksum does not add up, a member running past the
@@ -18,8 +19,8 @@ members, gzip-compressed shards, a member with no field (no dot in its basename)
 a field twice in one sample.
 
 Fields decode by their last extension: ``jpg``/``jpeg``/``png`` as images, ``npy``
-as its array, ``cls``/``index``/``id`` as an ``int64`` from their ASCII text, and
-anything else as its bytes (``uint8``).
+as its array, ``cls``/``cls2``/``index``/``inx``/``id`` (webdataset's integer fields) as
+an ``int64`` from their ASCII text, and anything else as its bytes (``uint8``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ At = Callable[[int, int], memoryview]
 _FILE_TYPES = (b"0", b"\0", b"7")  # regular and contiguous files (tarfile.REGULAR_TYPES)
 # Members tarfile knows that hold no data to skip (links, devices, folders, FIFOs).
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
-_INTEGER_FIELDS = ("cls", "cls2", "index", "id")
+# As webdataset decodes them (its writer writes "class" and "count" so too, but its
+# decoder hands those back as bytes: so do these).
+_INTEGER_FIELDS = ("cls", "cls2", "index", "inx", "id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +198,11 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
                 f"running past the end of the object ({size} bytes)"
             )
         step = start + (-(-length // HEADER) * HEADER)
-        if kind in (b"L", b"x", b"g", b"K"):
+        if kind in (b"L", b"x", b"X", b"g", b"K"):
             data = bytes(at(start, length))
             if kind == b"L":  # GNU long name: the next member's
                 long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            elif kind == b"x":
+            elif kind in (b"x", b"X"):  # "X": Solaris's PAX header (tarfile reads both)
                 pax = _pax(data, name, pos)
                 if any(k.startswith("GNU.sparse") for k in pax):
                     raise FormatError(
@@ -357,8 +360,8 @@ def decode_tar(
 def encode_tar(arrays: Any) -> bytes:
     """A shard of ``arrays`` (``{field: array}``, one sample a row of the leading axis)
     as ``webdataset.TarWriter`` writes one with Python's ``tarfile``: sample ``i`` is key
-    ``i:06d``; ``cls``/``index``/``id`` fields as ASCII integers, ``npy`` as NPY files,
-    others as their bytes."""
+    ``i:06d``; ``cls``/``cls2``/``index``/``inx``/``id`` fields as ASCII integers, ``npy``
+    as NPY files, others as their bytes."""
     import io
     import tarfile
 

@@ -31,7 +31,9 @@ as TensorFlow's ``example.proto`` and ``feature.proto``)::
     FloatList { repeated float value = 1 [packed]; }  // packed or not: both parse
     Int64List { repeated int64 value = 1 [packed]; }
 
-Unknown fields are skipped by their wire type, as protobuf does; a message given
+Unknown fields are skipped by their wire type, as protobuf does, but for an
+Example's field 2: a ``tf.train.SequenceExample``'s ``feature_lists``, refused (its
+context, field 1, would read as an Example, its steps dropped). A message given
 in parts is merged, as protobuf merges it (a list given twice: its values in order;
 another list of a feature's oneof replaces the one before; a map key given twice:
 the last entry).
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -96,6 +99,26 @@ def record_spans(
     return starts, lengths
 
 
+def _other_writer(payload: Any, stored: int) -> str:
+    """What a CRC that does not match says of the writer, where it is another
+    writer's checksum of ``payload`` rather than damage (``""``: none of them): a
+    hand-rolled writer's whole file is refused so, record after record."""
+    plain = int(crc32c_many([np.frombuffer(payload, np.uint8)])[0])
+    other = zlib.crc32(payload) & _U32
+    if stored == plain:
+        why = "the plain CRC-32C, not masked as TFRecord masks it"
+    elif stored in (other, int(mask(np.array([other], np.uint32))[0])):
+        why = "zlib's CRC-32 (another polynomial), not the CRC-32C TFRecord uses"
+    else:
+        return ""
+    return (
+        f"; the stored value is {why}: the file's writer does not write TFRecord's "
+        "framing (TensorFlow refuses it too), not damage. Write the shards with "
+        "tf.io.TFRecordWriter or a writer that masks CRC-32C (masked(c) = "
+        "((c >> 15) | (c << 17)) + 0xA282EAD8)"
+    )
+
+
 def _check_data(
     view: memoryview,
     starts: NDArray[np.int64],
@@ -111,10 +134,12 @@ def _check_data(
     bad = np.flatnonzero(got != stored)
     if len(bad):
         i = int(bad[0])
+        a, n = pairs[i]
+        writer = _other_writer(view[a : a + n], int(stored[i]))
         raise FormatError(
             f"{name}: record {int(numbers[i])} at offset {int(starts[i]) - HEADER:,}: its "
             f"data's CRC-32C does not match (stored {int(stored[i]):#010x}, computed "
-            f"{int(got[i]):#010x}): the record is damaged"
+            f"{int(got[i]):#010x})" + (writer or ": the record is damaged")
         )
 
 
@@ -130,8 +155,11 @@ def _check_lengths(
         i = int(bad[0])
         raise FormatError(
             f"{name}: record {i} at offset {starts[i] - HEADER:,}: its length's CRC-32C "
-            f"does not match (stored {crcs[i]:#010x}, computed {int(got[i]):#010x}): the "
-            "header is damaged (or this is not a TFRecord file)"
+            f"does not match (stored {crcs[i]:#010x}, computed {int(got[i]):#010x})"
+            + (
+                _other_writer(heads[i], crcs[i])
+                or ": the header is damaged (or this is not a TFRecord file)"
+            )
         )
 
 
@@ -318,6 +346,16 @@ def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, N
         spans: dict[str, list[tuple[int, int]]] = {}
         n = len(data)
         for number, wire, value in _fields(data, 0, n):
+            if number == 2 and wire == 2:
+                # A tf.train.SequenceExample: its context (field 1) is an Example's
+                # features, so skipped as an unknown field, its per-step feature_lists
+                # were dropped without a word (a batch of nothing but "index" where it
+                # has no context).
+                raise _Bad(
+                    "it is a tf.train.SequenceExample (its field 2 holds feature_lists, "
+                    "which an Example has not); headrace decodes Examples only: read the "
+                    "records' bytes with decode=False and parse them in a transform"
+                )
             if number != 1:
                 continue
             _want(number, wire, 2, "Example.features")
@@ -380,13 +418,20 @@ def decode_tfrecord(
     picks = range(total) if rows is None else rows.tolist()
     raw = np.frombuffer(view, np.uint8)
     picked = [(i, raw[int(starts[i]) : int(starts[i] + lengths[i])]) for i in picks]
-    return gather_records(
-        picked,
-        name=name,
-        keys=keys,
-        parse=parse,
-        where=lambda i: f"record {i} at offset {int(starts[i]) - HEADER:,}",
-    )
+
+    def where(i: int) -> str:
+        return f"record {i} at offset {int(starts[i]) - HEADER:,}"
+
+    out = gather_records(picked, name=name, keys=keys, parse=parse, where=where)
+    if parse and picked and not out:
+        # An empty record, or bytes that are not an Example but parse as one of unknown
+        # fields only (b"x" * 10 does): batches of nothing but "index" hid them.
+        # ArrayRecord files refuse them alike.
+        raise FormatError(
+            f"{name}: {where(picked[0][0])} parses as a tf.train.Example of no features: "
+            "the records are empty or not Examples; read their bytes with decode=False"
+        )
+    return out
 
 
 def gather_records(
@@ -468,6 +513,14 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
             if arr.dtype.kind == "f":
                 _put_bytes(body, 2, _packed_field(arr.astype("<f4").tobytes()))
             elif arr.dtype.kind in "iub":
+                if arr.dtype.kind == "u" and arr.size and int(arr.max()) > 2**63 - 1:
+                    # An Example holds int64: astype wrapped 2**64 - 1 to -1 silently
+                    # (protobuf's Int64List refuses it as out of range).
+                    raise DataError(
+                        f"feature {key!r}: uint64 value {int(arr.max())} is past int64's "
+                        f"largest, {2**63 - 1}, and an Example holds int64_list values "
+                        "only: store it as bytes (a uint8 view) or split it"
+                    )
                 packed = bytearray()
                 for v in arr.astype(np.int64).tolist():
                     _put_varint(packed, v)
