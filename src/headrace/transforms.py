@@ -72,6 +72,12 @@ class RandomCrop:
 
     def __post_init__(self) -> None:
         _check_size(self)
+        fill: Any = self.fill
+        if isinstance(fill, bool) or not isinstance(fill, int | float | np.integer | np.floating):
+            raise errors.ConfigError(
+                f"RandomCrop fill must be a number, the value of the pixels an image "
+                f"smaller than size leaves (got {fill!r}); e.g. fill=0."
+            )
 
     def __call__(
         self, arrays: dict[str, NDArray[Any]], samples: Samples
@@ -87,7 +93,7 @@ class RandomCrop:
                     f"{img.shape}; expected (height, width) or (height, width, channels)"
                 )
             if out is None:
-                out = np.full((len(images), height, width, *img.shape[2:]), self.fill, img.dtype)
+                out = _filled(self, (len(images), height, width, *img.shape[2:]), img, samples, i)
             elif img.shape[2:] != out.shape[3:] or img.dtype != out.dtype:
                 raise errors.DataError(
                     f"RandomCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
@@ -106,7 +112,7 @@ class RandomCrop:
                 _copy_mirrored(dest, crop)
             else:
                 dest[...] = crop
-        return _replaced(arrays, self.key, out, self.size)
+        return _replaced(arrays, self.key, out, self.size, resizes=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +124,8 @@ class RandomResizedCrop:
     draws them, else a centre crop; resized to ``size`` = (height, width)
     with bilinear interpolation (Pillow, the ``images`` extra); mirrored
     left-right with probability 1/2 when ``flip``. uint8 or uint16 images (16-bit
-    PNGs: each channel resized as Pillow's 16-bit grey ``I;16``), grey ``(H, W)``
+    PNGs: each channel resized as Pillow's 16-bit grey ``I;16``; uint8 of more than 4
+    channels each as grey ``L``), grey ``(H, W)``
     or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])`` array of their
     dtype and loses ``<key>_shape``. Every draw is from the sample's own generator.
     """
@@ -136,6 +143,11 @@ class RandomResizedCrop:
             raise errors.ConfigError(f"scale must satisfy 0 < min <= max <= 1 (got {self.scale}).")
         if not 0 < self.ratio[0] <= self.ratio[1]:
             raise errors.ConfigError(f"ratio must satisfy 0 < min <= max (got {self.ratio}).")
+        if not np.isfinite(self.ratio[1]):  # NumPy's "range exceeds valid bounds" at a draw
+            raise errors.ConfigError(
+                f"ratio must be finite, the widest width / height a region may have (got "
+                f"{self.ratio}); e.g. (3/4, 4/3)."
+            )
 
     def region(self, height: int, width: int, rng: np.random.Generator) -> tuple[int, ...]:
         """``(top, left, h, w)`` of the region to crop from a ``height x width`` image."""
@@ -164,7 +176,7 @@ class RandomResizedCrop:
     ) -> dict[str, NDArray[Any]]:
         image_mod = _pillow(self)
         height, width = self.size
-        images = [np.asarray(img) for img in _images(self, arrays)]
+        images = [_native(img) for img in _images(self, arrays)]
         out: NDArray[Any] | None = None
         jobs = []
         for i, (img, rng) in enumerate(zip(images, samples.rngs(), strict=True)):
@@ -182,7 +194,7 @@ class RandomResizedCrop:
             out[i] = _resized(image_mod, crop, width, height, mirror).reshape(out.shape[1:])
 
         _on_threads(resize, jobs)
-        return _replaced(arrays, self.key, out, self.size)
+        return _replaced(arrays, self.key, out, self.size, resizes=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,14 +218,14 @@ class CenterCrop:
 
     def __post_init__(self) -> None:
         _check_size(self)
-        r = self.resize
+        r: Any = self.resize
         fine = (
             r is None
-            or (isinstance(r, int) and not isinstance(r, bool) and r >= 1)
+            or (_integer(r) and r >= 1)
             or (
                 isinstance(r, tuple | list)
                 and len(r) == 2
-                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in r)
+                and all(_integer(v) and v >= 1 for v in r)
             )
         )
         if not fine:
@@ -221,8 +233,10 @@ class CenterCrop:
                 "CenterCrop resize must be an integer (the shorter side), (height, width), "
                 f"or None (got {r!r})."
             )
-        if r is not None and not isinstance(r, int):  # a list kept as a tuple
-            object.__setattr__(self, "resize", (r[0], r[1]))
+        # Plain ints (a NumPy integer from a config array too), a list kept as a tuple:
+        # resized_size tells the two forms apart by isinstance(r, int).
+        if r is not None:
+            object.__setattr__(self, "resize", int(r) if _integer(r) else (int(r[0]), int(r[1])))
 
     def resized_size(self, height: int, width: int) -> tuple[int, int]:
         """(height, width) of an image of ``height x width`` after ``resize``."""
@@ -239,10 +253,11 @@ class CenterCrop:
         self, arrays: dict[str, NDArray[Any]], samples: Samples
     ) -> dict[str, NDArray[Any]]:
         height, width = self.size
-        images = [np.asarray(img) for img in _images(self, arrays)]
+        resizes = self.resize is not None
+        images = [_native(img) if resizes else np.asarray(img) for img in _images(self, arrays)]
         out: NDArray[Any] | None = None
         for i, img in enumerate(images):
-            _check_image(self, img, int(samples.numbers[i]), out, self.resize is not None)
+            _check_image(self, img, int(samples.numbers[i]), out, resizes)
             if out is None:
                 out = np.zeros((len(images), height, width, *img.shape[2:]), img.dtype)
         image_mod = _pillow(self) if self.resize is not None else None
@@ -264,7 +279,7 @@ class CenterCrop:
             out[i, ys - top : ye - top, xs - left : xe - left] = img[ys:ye, xs:xe]
 
         _on_threads(crop, range(len(images)))
-        return _replaced(arrays, self.key, out, self.size)
+        return _replaced(arrays, self.key, out, self.size, resizes=resizes)
 
 
 def _pillow(t: RandomResizedCrop | CenterCrop) -> Any:
@@ -294,6 +309,11 @@ def _check_image(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it {takes} "
             "(H, W) or (H, W, C) images"
         )
+    if resizes and 0 in img.shape[:2]:  # a resize's scale divides by its sides
+        raise errors.DataError(
+            f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, an image of no "
+            "pixels, which it cannot resize; leave such rows out (Filtered(source, keep))"
+        )
     if out is not None and (img.shape[2:] != out.shape[3:] or img.dtype != out.dtype):
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, the first was "
@@ -319,8 +339,9 @@ def _resized(
     left-right by Pillow (a mirrored copy through NumPy moves a pixel at a time: 153 us
     for 224 x 224 x 3 against Pillow's 19, measured in isolation). uint8 grey or colour;
     uint16 as Pillow's 16-bit grey ``I;16``, a colour image channel by channel (Pillow
-    has no 16-bit colour mode)."""
-    if a.dtype == np.uint16 and a.ndim == 3 and a.shape[2] > 1:
+    has no 16-bit colour mode), and so is uint8 of more than 4 channels (multispectral
+    bands: Pillow has no mode for them, and said only "Cannot handle this data type")."""
+    if a.ndim == 3 and a.shape[2] > 1 and (a.dtype == np.uint16 or a.shape[2] > 4):
         planes = [_resized(image_mod, a[..., c], width, height, mirror) for c in range(a.shape[2])]
         return np.stack(planes, axis=-1)
     one = a[..., 0] if a.ndim == 3 and a.shape[2] == 1 else a
@@ -333,17 +354,25 @@ def _resized(
 
 def _check_size(t: RandomCrop | RandomResizedCrop | CenterCrop) -> None:
     size: Any = t.size
-    if isinstance(size, int) and not isinstance(size, bool):  # a square, as torchvision takes it
-        object.__setattr__(t, "size", (size, size))
+    if _integer(size):  # a square, as torchvision takes it
+        size = (size, size)
     elif not (isinstance(size, tuple | list) and len(size) == 2):
         raise errors.ConfigError(
             f"{type(t).__name__} size must be (height, width) or one integer (got {size!r})."
         )
-    h, w = t.size
-    if not (isinstance(h, int) and isinstance(w, int) and h >= 1 and w >= 1):
+    h, w = size
+    if not (_integer(h) and _integer(w) and h >= 1 and w >= 1):
         raise errors.ConfigError(
             f"{type(t).__name__} size must be two integers >= 1 (got {t.size!r})."
         )
+    # Plain ints: a NumPy integer (a size read from a config array) would otherwise
+    # be refused, or kept in the repr and the pickles of the transform.
+    object.__setattr__(t, "size", (int(h), int(w)))
+
+
+def _integer(v: object) -> bool:
+    """An integer, Python's or NumPy's, but not a bool (``True`` is no size)."""
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
 
 def _images(
@@ -358,12 +387,53 @@ def _images(
 
 
 def _replaced(
-    arrays: dict[str, NDArray[Any]], key: str, out: NDArray[Any] | None, size: tuple[int, int]
+    arrays: dict[str, NDArray[Any]],
+    key: str,
+    out: NDArray[Any] | None,
+    size: tuple[int, int],
+    *,
+    resizes: bool,
 ) -> dict[str, NDArray[Any]]:
-    """``arrays`` with ``key`` now ``out`` (one array) and ``<key>_shape`` gone."""
+    """``arrays`` with ``key`` now ``out`` (one array) and ``<key>_shape`` gone; with no
+    rows (``out`` None), the layout rows would have where the images say it (a stacked
+    ``(0, H, W, C)``): a mixture compares its sources by an empty read, and an empty
+    ``(0, h, w)`` uint8 was refused against the ``(h, w, 3)`` of the first real read."""
     result = {k: v for k, v in arrays.items() if k not in (key, f"{key}_shape")}
-    result[key] = np.zeros((0, *size), dtype=np.uint8) if out is None else out  # no samples
+    if out is None:
+        given = arrays[key]
+        if isinstance(given, np.ndarray) and given.dtype != object and given.ndim >= 3:
+            dtype = given.dtype.newbyteorder("=") if resizes else given.dtype
+            out = np.zeros((0, *size, *given.shape[3:]), dtype=dtype)
+        else:  # images of their own shapes (files): nothing says their channels
+            out = np.zeros((0, *size), dtype=np.uint8)
+    result[key] = out
     return result
+
+
+def _native(img: Any) -> NDArray[Any]:
+    """``img`` as an array in this machine's byte order: a big-endian ``>u2`` (a
+    ``.npy`` written so) is uint16 to Pillow too, not refused as "not uint16"."""
+    a = np.asarray(img)
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
+
+
+def _filled(
+    t: RandomCrop, shape: tuple[int, ...], img: NDArray[Any], samples: Samples, i: int
+) -> NDArray[Any]:
+    """The batch's output, ``t.fill`` everywhere; a fill the images' dtype cannot hold
+    named with the sample (NumPy's OverflowError named neither)."""
+    try:
+        return np.full(shape, t.fill, img.dtype)
+    except (OverflowError, ValueError, TypeError):
+        allowed = ""
+        if img.dtype.kind in "ui":
+            info = np.iinfo(img.dtype)
+            allowed = f", which holds {info.min} to {info.max}"
+        raise errors.DataError(
+            f"RandomCrop: fill={t.fill!r} does not fit the images: sample "
+            f"{int(samples.numbers[i])}'s {t.key!r} is {img.dtype} {img.shape}{allowed}; "
+            "give a fill of that range (e.g. fill=0)"
+        ) from None
 
 
 def _copy_mirrored(dest: NDArray[Any], crop: NDArray[Any]) -> None:

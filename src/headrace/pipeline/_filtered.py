@@ -23,8 +23,13 @@ from headrace.errors import ConfigError, DataError
 from headrace.pipeline._layout import Batch, nbytes, ragged_keys
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._mixture_ragged import merge_parts
-from headrace.pipeline._transform import Samples, transform_name
-from headrace.pipeline._wrapped import Wrapped
+from headrace.pipeline._transform import (
+    KEEP_STREAMS,
+    Samples,
+    on_samples,
+    transform_name,
+)
+from headrace.pipeline._wrapped import Wrapped, layers
 from headrace.plan import retry_rows
 
 __all__ = ["Filtered", "Keep"]
@@ -41,7 +46,10 @@ class Filtered(Wrapped):
     transform gets it) and returns one bool a row, True to keep it; it must judge each
     row by its own content (and ``samples.numbers``), never by the other rows of the
     read, so that a sample is kept or refused whatever it is read with. A stand-in is
-    judged too; a sample whose ``max_tries`` stand-ins were all refused raises a
+    judged too. ``samples.rng(i)`` is keep's own stream (a random subsample draws from
+    it), not the loader transform's for the same seed and number: drawn from that,
+    the kept samples' draws were all below the keep's odds. A sample whose
+    ``max_tries`` stand-ins were all refused raises a
     :class:`~headrace.errors.DataError` naming it. ``refused`` and ``replaced`` count
     the rows refused and the stand-ins kept, in this process. The fingerprint is the
     inner source's, as for :class:`Mapped`: a state resumes whatever ``keep`` is (a
@@ -64,6 +72,9 @@ class Filtered(Wrapped):
                 "stand-ins are drawn from."
             )
         self.keep = keep
+        # keep's generators: a stream of their own, not the loader transform's (which a
+        # random keep decided for every sample it kept) nor an inner Filtered's.
+        self._stream = KEEP_STREAMS + layers(source, Filtered)
         self.max_tries = max_tries
         self.refused = 0
         self.replaced = 0
@@ -125,7 +136,11 @@ class Filtered(Wrapped):
 
     def _kept(self, arrays: Batch, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
         """``keep``'s answer for ``arrays``' rows, checked: one bool a row."""
-        got = self.keep(arrays, Samples(seed, samples))
+        try:
+            got = self.keep(arrays, Samples(seed, samples, self._stream))
+        except Exception as exc:  # its own message names neither it nor the rows
+            exc.add_note(f"in {self!r}: keep, {on_samples(seed, samples)}")
+            raise
         ok = np.asarray(got)
         if ok.shape != (samples.size,) or ok.dtype != np.bool_:
             raise ConfigError(

@@ -25,9 +25,10 @@ from headrace.pipeline._transform import (
     Transform,
     check_transform,
     checked_rows,
+    on_samples,
     transform_name,
 )
-from headrace.pipeline._wrapped import Wrapped
+from headrace.pipeline._wrapped import Wrapped, layers
 
 __all__ = ["Mapped"]
 
@@ -81,8 +82,10 @@ class Mapped(Wrapped):
         self.fn = fn
         self._ignore = None if ignore_index is None else int(ignore_index)
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
-        # Stacked Mapped sources draw from streams of their own (1 the innermost).
-        self._stream: int = source._stream + 1 if isinstance(source, Mapped) else 1
+        # Stacked Mapped sources draw from streams of their own (1 the innermost), also
+        # with a Filtered between them: counted through it (the one below a Filtered
+        # took stream 1 again, the inner crop's own offsets).
+        self._stream: int = layers(source, Mapped) + 1
 
     def __repr__(self) -> str:
         return f"Mapped({self.source!r}, {transform_name(self.fn)})"
@@ -113,6 +116,7 @@ class Mapped(Wrapped):
         try:
             out = self.fn(arrays, Samples(seed, samples, self._stream))
         except Exception as exc:
+            exc.add_note(f"in {self!r}: fn, {on_samples(seed, samples)}")
             if samples.size == 0:
                 exc.add_note(
                     f"{self!r}: fn was called with no rows, to learn its layout (a "

@@ -23,24 +23,34 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError
 
 __all__ = [
+    "KEEP_STREAMS",
     "Samples",
     "Transform",
     "apply_transform",
     "check_transform",
     "checked_rows",
+    "on_samples",
     "transform_name",
 ]
 
 # Mixed into every generator's seed, so a transform's random stream is not the
 # stream of any other use of (seed, sample) a user's code might make.
 _TAG = 0x7472616E73666F72  # "transfor"
+# A Filtered source's keep draws from streams KEEP_STREAMS + k (k: the Filtered layers
+# below it), apart from the loader's transform (0) and Mapped ones (1 and up): on the
+# loader's stream, a keep that kept a random half decided every kept sample's flip
+# (each draw was the keep's own, below 0.5) and every replaced place's.
+KEEP_STREAMS = 1 << 32
+# How many of a failing transform's sample numbers its error's note shows.
+_SHOWN = 5
 
 
 class Samples:
     """The rows a transform gets: their global sample numbers and random generators.
 
     ``stream`` tells apart transforms stacked on one sample (a
-    :class:`~headrace.pipeline.Mapped` source's, 1 and up, under the loader's, 0), so
+    :class:`~headrace.pipeline.Mapped` source's, 1 and up, under the loader's, 0, and a
+    :class:`~headrace.pipeline.Filtered` source's ``keep``, ``KEEP_STREAMS`` and up), so
     that a crop's offsets and a flip's coin are not drawn from the same bits.
     """
 
@@ -75,8 +85,16 @@ Transform = Callable[[dict[str, NDArray[Any]], Samples], Mapping[str, NDArray[An
 def apply_transform(
     transform: Transform, arrays: dict[str, NDArray[Any]], seed: int, numbers: NDArray[np.int64]
 ) -> dict[str, NDArray[Any]]:
-    """``transform(arrays, Samples(seed, numbers))``, checked: one row per sample, as arrays."""
-    out = transform(arrays, Samples(seed, numbers))
+    """``transform(arrays, Samples(seed, numbers))``, checked: one row per sample, as arrays.
+
+    An error it raises gets a note naming it and its samples: its own message (a
+    ``ValueError`` of a row it cannot parse) says neither, and a loader without
+    read-ahead adds no step."""
+    try:
+        out = transform(arrays, Samples(seed, numbers))
+    except Exception as exc:
+        exc.add_note(f"in transform {transform_name(transform)}, {on_samples(seed, numbers)}")
+        raise
     return checked_rows(
         f"transform {transform_name(transform)}",
         out,
@@ -104,6 +122,17 @@ def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDA
             )
         checked[str(key)] = value
     return checked
+
+
+def on_samples(seed: int, numbers: NDArray[np.int64]) -> str:
+    """``"on 8 sample(s) of seed 5: 32, 33, 34, 35, 36, ..."``: which rows a transform
+    had, to read them again (``source.read(seed, numbers)``); a loader may have passed
+    several steps' rows, and reads a failed chunk again a step at a time."""
+    if not len(numbers):
+        return f"on no samples (seed {seed})"
+    shown = ", ".join(str(n) for n in numbers[:_SHOWN].tolist())
+    more = ", ..." if len(numbers) > _SHOWN else ""
+    return f"on {len(numbers)} sample(s) of seed {seed}: {shown}{more}"
 
 
 def check_transform(who: str, fn: object) -> None:

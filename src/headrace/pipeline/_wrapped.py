@@ -19,7 +19,7 @@ from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture import Mixture
 from headrace.pipeline._transform import checked_rows
 
-__all__ = ["Wrapped"]
+__all__ = ["Wrapped", "layers"]
 
 # Asked of the inner source as they are: none depends on what a wrapper does to the arrays.
 _PASSED = frozenset({"cache_stats", "replaces", "samples_per_epoch", "starts", "stats"})
@@ -95,3 +95,14 @@ class Wrapped(Closing):
         if close is not None:
             with source_lock(self.source):
                 close()
+
+
+def layers(source: object, kind: type[Wrapped]) -> int:
+    """How many ``kind`` wrappers ``source`` is or holds, through wrappers of any kind:
+    what numbers a wrapper's random stream. Counted through its direct inner source
+    only, a ``Mapped`` over a ``Filtered`` over a ``Mapped`` took the inner one's."""
+    n = 0
+    while isinstance(source, Wrapped):
+        n += isinstance(source, kind)
+        source = source.source
+    return n
