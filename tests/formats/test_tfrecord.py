@@ -683,3 +683,25 @@ def test_an_index_past_the_bound_is_kept_alone_not_walked_at_every_read(
     ranged.image(1, np.array([3]))  # another file's index takes its place
     assert len(walks) == 2 and list(ranged._kept) == [1]
     src.close()
+
+
+def test_a_tfds_folder_reads_its_shards_by_their_tfds_names(tmp_path: Path) -> None:
+    # TensorFlow Datasets writes "NAME-SPLIT.tfrecord-00000-of-00002" beside its JSON: the
+    # folder read "no files ending in ['.tfrecord', '.tfrecords']" until 2026-12-06.
+    names = ["mnist-test.tfrecord-00000-of-00001"]
+    names += [f"mnist-train.tfrecord-{i:05d}-of-00002" for i in range(2)]
+    written = []
+    for i, name in enumerate(names):
+        written.append(_arrays(i, 10 + i))
+        (tmp_path / name).write_bytes(encode_tfrecord(written[-1]))
+    (tmp_path / "dataset_info.json").write_text("{}")
+    (tmp_path / "features.json").write_text("{}")
+    src = FileSource(tmp_path, format="tfrecord", shuffle="none")
+    assert list(src.files.keys) == names and src.counts.tolist() == [10, 11, 12]
+    with Loader(src, batch_size=33, seed=0, steps=1) as loader:
+        batch = next(iter(loader))
+    np.testing.assert_array_equal(batch["ids"], np.concatenate([w["ids"] for w in written]))
+    src.close()
+    train = FileSource(str(tmp_path / "*-train.tfrecord-*"), format="tfrecord")  # one split
+    assert [Path(k).name for k in train.files.keys] == names[1:]
+    train.close()

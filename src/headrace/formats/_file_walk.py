@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections import Counter
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
@@ -65,8 +66,19 @@ def local_version(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
 
 
+#: TensorFlow Datasets names its shards ``mnist-train.tfrecord-00000-of-00004`` (and
+#: ``.array_record-...``): the format's extension, then the shard's place.
+_SHARD_PLACE = re.compile(r"-\d+-of-\d+$")
+
+
 def keep(key: str, extensions: tuple[str, ...]) -> bool:
-    return not extensions or key.lower().endswith(extensions)
+    """Whether ``key`` is a file of the format of ``extensions`` (any, where none), by its
+    name: its extension, or a TFDS shard's (a folder that TFDS wrote was "no files
+    ending in ['.tfrecord', '.tfrecords']", its shards counted as of other formats)."""
+    name = key.lower()
+    if not extensions or name.endswith(extensions):
+        return True
+    return name.rpartition("/")[2].find(".") > 0 and _SHARD_PLACE.sub("", name).endswith(extensions)
 
 
 def is_hidden(key: str) -> bool:
