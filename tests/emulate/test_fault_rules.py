@@ -20,6 +20,15 @@ from headrace.errors import ConfigError
         ({"limit": -1}, r"Fault limit must be >= 0 \(got -1\)"),
         ({"status": 99}, r"Fault status must be an HTTP status \(got 99\)"),
         ({"status": 600}, r"Fault status must be an HTTP status \(got 600\)"),
+        # Taken until 2026-12-06: every=2.5 fired on the 5th, 10th... match (seen % 2.5),
+        # limit=1.5 twice, and a negative or NaN stall did not stall at all.
+        ({"every": 2.5}, r"Fault 'every' must be an integer >= 1 \(got 2\.5\)"),
+        ({"limit": 1.5}, r"Fault limit must be an integer >= 0 or None \(got 1\.5\)"),
+        (
+            {"kind": "stall", "stall_s": -1},
+            r"Fault stall_s must be a finite number >= 0 \(got -1\)",
+        ),
+        ({"stall_s": float("nan")}, r"Fault stall_s must be a finite number >= 0 \(got nan\)"),
     ],
 )
 def test_a_bad_fault_rule_is_refused_naming_the_field(

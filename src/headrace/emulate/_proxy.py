@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import signal
 import sys
 import threading
@@ -44,9 +45,11 @@ from headrace.emulate._proxy_http import (
     answer,
     answer_error,
     discard_head,
+    interim,
     problem,
     read_body,
     read_head,
+    short_chunked,
     with_length,
 )
 from headrace.errors import ConfigError, HeadraceError, StorageError
@@ -122,10 +125,16 @@ class LatencyProxy(Closing):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ConfigError(f"Proxy upstream must be http://host:port (got {upstream!r}).")
-        if latency_ms < 0:
-            raise ConfigError(f"latency_ms must be >= 0 (got {latency_ms}).")
-        if mbps is not None and mbps <= 0:
-            raise ConfigError(f"mbps must be > 0 or None (got {mbps}).")
+        # Finite, not only >= 0: NaN passed a comparison and injected no latency at all,
+        # an infinite latency hung every request (a "stall" FaultRule does that on purpose).
+        if not 0 <= latency_ms < math.inf:
+            raise ConfigError(
+                f"latency_ms must be a finite number >= 0 (got {latency_ms}); e.g. latency_ms=50."
+            )
+        if mbps is not None and not 0 < mbps < math.inf:
+            raise ConfigError(
+                f"mbps must be a finite number > 0 or None (got {mbps}); None for no cap."
+            )
         if not upstream_timeout_s > 0:
             raise ConfigError(f"upstream_timeout_s must be > 0 (got {upstream_timeout_s}).")
         if max_concurrent is not None and max_concurrent < 1:
@@ -309,6 +318,12 @@ class LatencyProxy(Closing):
             request = Message(head)
         except ValueError as exc:
             return await answer_error(writer, "400 Bad Request", f"malformed request: {exc}")
+        if request.expect_continue and (request.chunked or request.length):
+            # The client sends its body only after this (botocore waits up to 1 s for it,
+            # on every PutObject and UploadPart), and the body must be read here before
+            # the request goes upstream; the store's own 100s are skipped in _forward.
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
         body = await read_body(reader, request, until_eof=False)
         with self._lock:
             s = self._stats
@@ -373,6 +388,12 @@ class LatencyProxy(Closing):
                     up_writer.write(raw)
                     await up_writer.drain()
                     head = await read_head(up_reader)
+                # A store answers a request that expects 100-continue with 100 Continue
+                # first (moto twice), and may send 103 Early Hints: not the answer, whose
+                # head follows. Taken for it, its "body" was read to the end of the
+                # connection, a 504 where the store keeps connections open.
+                while head is not None and interim(head):
+                    head = await read_head(up_reader)
         except TimeoutError:
             if up_writer is not None:
                 up_writer.close()
@@ -435,9 +456,15 @@ class LatencyProxy(Closing):
                         f"upstream {self.upstream} failed in the middle of its response body: "
                         f"{problem(exc)}",
                     )
-            if cut == "short" and body and response.length is not None:
-                body = body[: len(body) // 2]
-                head = with_length(head, len(body))
+            if cut == "short" and body:
+                # Half the data, framed as complete whatever the framing: a chunked
+                # answer was relayed whole (while counted as a fault) until 2026-12-06.
+                if response.chunked:
+                    body = short_chunked(body)
+                else:
+                    body = body[: len(body) // 2]
+                    if response.length is not None:
+                        head = with_length(head, len(body))
             elif cut == "truncate" and body:
                 # Full headers, half the body, then a closed connection: what a reset
                 # mid-transfer looks like to the client.

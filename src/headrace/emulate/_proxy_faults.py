@@ -9,6 +9,7 @@ client's error mapping sees what a real store sends.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Literal
@@ -56,12 +57,25 @@ class FaultRule:
             raise ConfigError(
                 f"Fault kind must be status, drop, truncate, short or stall (got {self.kind!r})."
             )
+        # Integers: every=2.5 fired on each 5th match (seen % 2.5 == 0), limit=1.5 twice.
+        if isinstance(self.every, bool) or not isinstance(self.every, int):
+            raise ConfigError(f"Fault 'every' must be an integer >= 1 (got {self.every}).")
         if self.every < 1:
             raise ConfigError(f"Fault 'every' must be >= 1 (got {self.every}).")
         if self.fraction is not None and not 0.0 <= self.fraction <= 1.0:
             raise ConfigError(f"Fault fraction must be in [0, 1] (got {self.fraction}).")
+        if self.limit is not None and (
+            isinstance(self.limit, bool) or not isinstance(self.limit, int)
+        ):
+            raise ConfigError(f"Fault limit must be an integer >= 0 or None (got {self.limit}).")
         if self.limit is not None and self.limit < 0:
             raise ConfigError(f"Fault limit must be >= 0 (got {self.limit}).")
+        # A negative or NaN stall_s did not stall at all: the connection closed at once.
+        if not 0 <= self.stall_s < math.inf:
+            raise ConfigError(
+                f"Fault stall_s must be a finite number >= 0 (got {self.stall_s}); "
+                "give more seconds than the client's timeout."
+            )
         if not 100 <= self.status <= 599:
             raise ConfigError(f"Fault status must be an HTTP status (got {self.status}).")
 

@@ -21,9 +21,11 @@ __all__ = [
     "answer",
     "answer_error",
     "discard_head",
+    "interim",
     "problem",
     "read_body",
     "read_head",
+    "short_chunked",
     "with_length",
 ]
 
@@ -33,7 +35,7 @@ MAX_HEAD = 64 * 1024
 class Message:
     """An HTTP/1.1 message head plus how its body is framed."""
 
-    __slots__ = ("chunked", "close", "head", "length", "start_line")
+    __slots__ = ("chunked", "close", "expect_continue", "head", "length", "start_line")
 
     def __init__(self, head: bytes) -> None:
         self.head = head
@@ -42,6 +44,7 @@ class Message:
         self.length: int | None = None
         self.chunked = False
         self.close = False
+        self.expect_continue = False
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
@@ -52,6 +55,15 @@ class Message:
                 self.chunked = True
             elif name == "connection" and value == "close":
                 self.close = True
+            elif name == "expect" and value == "100-continue":
+                self.expect_continue = True
+
+
+def interim(head: bytes) -> bool:
+    """Whether a response head is an interim one (``100 Continue``, ``103 Early Hints``):
+    the final answer follows on the same connection. 101 ends HTTP there, so not it."""
+    status = head.split(b" ", 2)[1:2]
+    return bool(status) and status[0].startswith(b"1") and status[0] != b"101"
 
 
 async def read_head(reader: asyncio.StreamReader) -> bytes | None:
@@ -130,6 +142,23 @@ async def answer(
 async def answer_error(writer: asyncio.StreamWriter, status: str, text: str) -> bool:
     """Answer ``status`` with ``text`` as the body and close: False."""
     return await answer(writer, status, text.encode())
+
+
+def short_chunked(body: bytes) -> bytes:
+    """A chunked ``body`` (markers kept, as :func:`read_body` returns it) cut to the first
+    half of its data, framed again as one chunk and its end: short, yet complete."""
+    data = []
+    pos = 0
+    while True:
+        eol = body.index(b"\r\n", pos)
+        size = int(body[pos:eol].split(b";")[0].strip(), 16)
+        if size == 0:
+            break
+        data.append(body[eol + 2 : eol + 2 + size])
+        pos = eol + 2 + size + 2
+    whole = b"".join(data)
+    half = whole[: len(whole) // 2]
+    return (b"%x\r\n%s\r\n" % (len(half), half) if half else b"") + b"0\r\n\r\n"
 
 
 def with_length(head: bytes, length: int) -> bytes:

@@ -169,10 +169,12 @@ class SlowPassthrough:
         finally:
             self.stats.listing_finished()
         dirs = {"st_mode": stat.S_IFDIR}
-        return [(".", dirs, 0), ("..", dirs, 0)] + [
-            (e.name, {"st_mode": stat.S_IFMT(e.stat(follow_symlinks=False).st_mode)}, 0)
-            for e in entries
-        ]
+        names: list[tuple[str, dict[str, int], int]] = [(".", dirs, 0), ("..", dirs, 0)]
+        for e in entries:
+            kind = _entry_type(e)
+            if kind is not None:
+                names.append((e.name, {"st_mode": kind}, 0))
+        return names
 
     def readlink(self, path: str) -> str:
         return os.readlink(self._real(path))
@@ -246,6 +248,25 @@ class SlowPassthrough:
     # Every call that would change the tree answers EROFS, whatever its arguments.
     create = write = truncate = unlink = rmdir = mkdir = mknod = rename = staticmethod(_refuse)
     link = symlink = chmod = chown = utimens = setxattr = removexattr = staticmethod(_refuse)
+
+
+def _entry_type(entry: os.DirEntry[str]) -> int | None:
+    """The file type of a listed entry (``S_IFREG``...), or None once it is gone.
+
+    From the listing's own d_type where it has one, with no syscall: a lstat of each
+    entry cost the server a call per file, and failed the whole READDIR with ENOENT
+    when a file was removed between the listing and its stat (until 2026-12-06).
+    """
+    if entry.is_symlink():
+        return stat.S_IFLNK
+    if entry.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    if entry.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    try:  # a fifo, socket or device, or a file system that gives no d_type
+        return stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return None  # removed since it was listed: as if listed a moment later
 
 
 def _check_dirs(src: str, mnt: str) -> None:
