@@ -248,17 +248,38 @@ class FilesKind(Kind):
             return len(self._file_bytes(0)) * missing if missing else 0
         return missing * self.per_file * (max(self.mean // 8, 1) if self.stdev else self.mean)
 
+    def shard_files(self) -> int:
+        """Files of this host's shard, ``files[rank::world_size]``: what ``iterable`` reads."""
+        t = self.workload.train
+        return len(range(t.rank, self.num_files, t.world_size))
+
     def check_run(self) -> None:
         t = self.workload.train
-        n = self.num_files * self.per_file
         iterable = any(v.partition("?")[0] == "iterable" for v in self.workload.variants)
-        if iterable and t.world_size == 1 and n < t.batch_size:
-            raise ConfigError(
-                f"workload {self.workload.name!r}: variant 'iterable' drops each epoch's last "
-                f"partial batch, and an epoch of {n} samples gives no whole batch of "
-                f"{t.batch_size}: use --files {-(-t.batch_size // self.per_file)} or more, "
-                f"--batch-size {n} or less, or leave the variant out (--variants)"
-            )
+        n = self.shard_files() * self.per_file
+        host_batch = self.hi - self.lo
+        if not iterable or n >= host_batch:
+            return
+        # iterable shards files by host, so it is this host's shard against its share of
+        # the batch: checked for one host only, world_size = 2 over 8 files at batch 16 ran
+        # the other variants (after generating and uploading) and failed at iterable.
+        w = t.world_size
+        need = -(-host_batch // self.per_file)  # files in the shard for one whole batch
+        more = f"--files {(need - 1) * w + t.rank + 1} or more"
+        # Batches split evenly over hosts: B / W <= n, B a multiple of W. A host without
+        # any file (rank >= files) gets no batch at any size.
+        less = f", --batch-size {n * w} or less" if n else ""
+        where = f"host {t.rank} of {w} reads {self.shard_files()} of the {self.num_files} files"
+        epoch = (
+            f"an epoch of {n} samples gives no whole batch of {t.batch_size}"
+            if w == 1
+            else f"{where}, {n} samples an epoch: no whole batch of its {host_batch}"
+        )
+        raise ConfigError(
+            f"workload {self.workload.name!r}: variant 'iterable' drops each epoch's last "
+            f"partial batch, and {epoch}: use {more}{less}, or leave the variant out "
+            "(--variants)"
+        )
 
     def listed_extensions(self) -> tuple[str, ...]:
         return file_format(self.format).extensions  # what FileSource takes from a listing

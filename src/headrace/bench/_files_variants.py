@@ -264,9 +264,14 @@ def _iterable(k: FilesKind, spec: VariantSpec, steps: int) -> Stream:
                 if n == steps:
                     return
             if not got:
+                # The host's shard, not the dataset: "an epoch of 8 files" was said where
+                # host 1 of 2 reads 4 of them.
                 raise ConfigError(
-                    f"variant {spec.text!r}: an epoch of {len(src.files)} files gives no "
-                    f"whole batch of {k.hi - k.lo}"
+                    f"variant {spec.text!r}: host {t.rank} of {t.world_size} reads "
+                    f"{len(it.shard(seed, epoch))} of the {len(src.files)} files, "
+                    f"{k.shard_files() * k.per_file} samples an epoch: no whole batch of "
+                    f"{k.hi - k.lo} (it drops each epoch's last partial batch); use more "
+                    "files, a smaller batch, or leave the variant out (--variants)"
                 )
             epoch += 1
 

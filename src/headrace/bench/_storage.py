@@ -74,13 +74,26 @@ class Storage:
             split_s3_url(str(rd["storage_url"]))
         self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
         self.endpoint = rd.get("endpoint") or None
-        self.latency_ms = float(rd.get("latency_ms") or 0)
-        if self.latency_ms < 0:
+        latency = rd.get("latency_ms") or 0
+        # Checked here, before anything is written: infinity was refused by the proxy's
+        # own process only, after the upload ("the latency proxy ... did not start"), and
+        # true was read as 1 ms.
+        if (
+            isinstance(latency, bool)
+            or not isinstance(latency, int | float)
+            or not math.isfinite(latency)
+            or latency < 0
+        ):
             raise ConfigError(
-                f"workload {workload.name!r}: latency_ms must be >= 0 (got {self.latency_ms:g})"
+                f"workload {workload.name!r}: latency_ms must be >= 0 (got {latency!r}), a "
+                "finite number of ms: the delay the latency proxy adds to each request"
             )
+        self.latency_ms = float(latency)
         limit = rd.get("max_concurrent")
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        # true is an int to Python, and was taken as a limit of 1.
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
             raise ConfigError(
                 f"workload {workload.name!r}: max_concurrent must be an integer >= 1 "
                 f"(got {limit!r})"
