@@ -284,7 +284,10 @@ def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None
         ),
         env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT"),
     )
-    if endpoint is None or str(virtual).lower() not in _TRUE:
+    if endpoint is None:
+        return
+    if str(virtual).lower() not in _TRUE:
+        _check_endpoint_path(url, bucket, str(endpoint))
         return
     host = urlsplit(str(endpoint)).hostname or ""
     if host.startswith(f"{bucket}."):
@@ -295,6 +298,29 @@ def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None
         f"{endpoint} does not, so a key's first folder would be read as a bucket (another "
         f"bucket's object, or none). Pass path_style=True, or the endpoint with the bucket "
         f"in its host (e.g. http://{bucket}.minio.local:9000)"
+    )
+
+
+def _check_endpoint_path(url: str, bucket: str, endpoint: str) -> None:
+    """Refuse a path-style endpoint whose path ends with the bucket's name.
+
+    Cloudflare R2's dashboard (and many a how-to) writes the S3 API as
+    ``https://ACCOUNT.r2.cloudflarestorage.com/BUCKET``; given as the endpoint,
+    path-style requests put the bucket after it once more (``/BUCKET/BUCKET/key``),
+    and every object that exists was "no such object". A path of another name
+    (a gateway serving S3 under ``/s3``) is taken as given.
+    """
+    parts = urlsplit(endpoint)
+    if parts.path.rstrip("/").rpartition("/")[2] != bucket:
+        return
+    without = parts._replace(path=parts.path.rstrip("/")[: -len(bucket)].rstrip("/")).geturl()
+    prefix = url.partition("://")[2].partition("/")[2].strip("/")
+    asked = f"{parts.path.rstrip('/')}/{bucket}/" + (f"{prefix}/" if prefix else "")
+    raise ConfigError(
+        f"{url}: endpoint {endpoint!r} ends with the bucket's name, and path-style requests "
+        f"put the bucket after the endpoint: every request would ask for {asked}KEY, another "
+        f"object (none: a 404 for each object that exists); give the endpoint without it "
+        f"({without})"
     )
 
 

@@ -262,16 +262,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         ), False
     if isinstance(exc, obx.PermissionDeniedError | obx.UnauthenticatedError | PermissionError):
         return _denied(where, said, brief), False
-    if isinstance(exc, obx.NotSupportedError) and "range request not supported" in text.lower():
-        # An HTTP server that ignores Range (answers 200 with the whole object, as
-        # Python's http.server does): every try would get the same answer.
-        return StorageError(
-            f"{where}: the server does not serve byte ranges (it answered a Range request "
-            "with the whole object); whole-object reads work (a FileSource's files with "
-            "hdf5_ranges_above=None and samples_per_file given as counts, not 'header'); "
-            "ranged reads need a server that answers Range with 206 Partial Content "
-            f"(nginx, any object store), or a local copy ({brief})"
-        ), False
+    ranges = _unranged(where, text, brief)
+    if ranges is not None:
+        return ranges, False
     if isinstance(exc, obx.UnknownConfigurationKeyError | obx.InvalidPathError):
         return ConfigError(f"{where}: {brief}"), False
     if isinstance(exc, ValueError):
@@ -342,13 +335,79 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     return StorageError(f"{where}: {type(exc).__name__}: {brief}"), False
 
 
+# obstore's words for a ranged GET answered with other bytes than asked: 200 and the
+# whole object (an HTTP store's "Range request not supported", an S3, GCS or Azure store's
+# "non-partial response"), a 206 for another range ("Requested 100..150, got 101..151"), or
+# a 206 that does not say which bytes it holds.
+_WHOLE_WORDS = ("range request not supported", "received non-partial response")
+_OTHER_RANGE = re.compile(r"Requested (\d+)\.\.(\d+), got (\d+)\.\.(\d+)")
+_NO_CONTENT_RANGE = "content-range header not present in partial response"
+_RANGED_FIX = (
+    "whole-object reads work (a FileSource's files with hdf5_ranges_above=None and "
+    "samples_per_file given as counts, not 'header'); ranged reads need a server that "
+    "answers Range with 206 Partial Content and the Content-Range asked for (nginx, S3, "
+    "MinIO, any object store; check a proxy or cache in front of it), or a local copy"
+)
+
+
+def _unranged(where: str, text: str, brief: str) -> StorageError | None:
+    """A ranged GET answered with other bytes than asked for, said as such (``None``: not).
+
+    obstore refuses the body, so no wrong byte is read; but its words ("Generic S3
+    error: Received non-partial response when range requested") said neither what the
+    server did nor the way out, and only for an http(s):// store were they explained.
+    Not retried: a server that ignores Range, or a proxy or cache that answers with
+    another range, answers every try the same way.
+    """
+    low = text.lower()
+    if any(word in low for word in _WHOLE_WORDS):
+        did = "it answered a Range request with 200 and the whole object"
+        return StorageError(
+            f"{where}: the server does not serve byte ranges ({did}); {_RANGED_FIX} ({brief})"
+        )
+    other = _OTHER_RANGE.search(text)
+    if other is not None:
+        asked_from, asked_to, got_from, got_to = other.groups()
+        return StorageError(
+            f"{where}: the server answered bytes [{got_from}, {got_to}) (206 Partial "
+            f"Content) for bytes [{asked_from}, {asked_to}); refusing them, they are not "
+            f"the bytes asked for; {_RANGED_FIX} ({brief})"
+        )
+    if _NO_CONTENT_RANGE in low:
+        return StorageError(
+            f"{where}: the server answered a Range request with 206 Partial Content without "
+            "a Content-Range header, so which bytes it sent is unknown; refusing them; "
+            f"{_RANGED_FIX} ({brief})"
+        )
+    return None
+
+
 def _denied(where: str, said: str, brief: str) -> PermissionDeniedError:
     """Access denied to ``where``; for an http(s):// server, how it is sent a token (a
-    private Hugging Face repository's)."""
-    hint = (
-        "; a server that asks for a token is sent one with store_options={'client_options': "
-        "{'default_headers': {'Authorization': 'Bearer TOKEN'}}}"
-        if where.startswith(("http://", "https://"))
-        else ""
-    )
-    return PermissionDeniedError(f"{where}: access denied{said}{hint} ({brief})")
+    private Hugging Face repository's); for S3, what to check."""
+    hint = after = ""
+    if where.startswith(("http://", "https://")):
+        hint = (
+            "; a server that asks for a token is sent one with store_options={'client_options': "
+            "{'default_headers': {'Authorization': 'Bearer TOKEN'}}}"
+        )
+    elif where.startswith("s3://") and said.startswith(": SignatureDoesNotMatch"):
+        after = (
+            "; the secret_access_key does not belong to access_key_id (check both, in "
+            "store_options or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or a proxy changed "
+            "the request on its way"
+        )
+    elif where.startswith("s3://") and (
+        said in ("", ": AccessDenied") or said.startswith(": AccessDenied:")
+    ):
+        # S3 answers 403 AccessDenied, not 404, for a key that does not exist when the
+        # credentials may not list the bucket, and a HEAD's 403 has no body to say why:
+        # "access denied" alone sent users to their keys for a mistyped name.
+        after = (
+            "; check the credentials (store_options access_key_id/secret_access_key, or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) and the bucket's policy (s3:GetObject "
+            "to read, s3:ListBucket to list), and the key's name: S3 answers 403, not 404, "
+            "also for a key that does not exist when the credentials may not list the bucket"
+        )
+    # S3's hints after obstore's words: the store's own code and words come first.
+    return PermissionDeniedError(f"{where}: access denied{said}{hint} ({brief}){after}")
