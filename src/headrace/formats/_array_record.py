@@ -369,15 +369,7 @@ def decode_array_record(
         c = int(chunk_of(index, np.array([i]))[0])
         return f"record {i} (chunk {c} at offset {int(offsets[c]):,})"
 
-    out = gather_records(picked, name=name, keys=keys, parse=parse, where=where)
-    if parse and picked and not out:
-        # Bytes that are not an Example can parse as one of unknown fields only (b"x" * 10
-        # does): a batch of no features would hide it.
-        raise FormatError(
-            f"{name}: {where(picked[0][0])} parses as a tf.train.Example of no features: "
-            "the records are not Examples; read their bytes with decode=False"
-        )
-    return out
+    return gather_records(picked, name=name, keys=keys, parse=parse, where=where)
 
 
 def refuse_writing(*_: Any, **__: Any) -> bytes:

@@ -422,16 +422,7 @@ def decode_tfrecord(
     def where(i: int) -> str:
         return f"record {i} at offset {int(starts[i]) - HEADER:,}"
 
-    out = gather_records(picked, name=name, keys=keys, parse=parse, where=where)
-    if parse and picked and not out:
-        # An empty record, or bytes that are not an Example but parse as one of unknown
-        # fields only (b"x" * 10 does): batches of nothing but "index" hid them.
-        # ArrayRecord files refuse them alike.
-        raise FormatError(
-            f"{name}: {where(picked[0][0])} parses as a tf.train.Example of no features: "
-            "the records are empty or not Examples; read their bytes with decode=False"
-        )
-    return out
+    return gather_records(picked, name=name, keys=keys, parse=parse, where=where)
 
 
 def gather_records(
@@ -445,7 +436,8 @@ def gather_records(
     """``{feature: array}`` of the ``(number, bytes)`` ``records`` (each parsed as an
     ``Example``; every one must hold the same features), or (not ``parse``)
     ``{"bytes": ...}``: each a 1-D ``object`` array of one array a record. ``where``:
-    how an error names record ``number``'s place."""
+    how an error names record ``number``'s place. Records that parse as Examples of no
+    features are refused."""
     out: dict[str, list[NDArray[Any]]] = {}
     first: list[str] | None = None
     for i, record in records:
@@ -466,6 +458,13 @@ def gather_records(
             )
         for k, v in got.items():
             out.setdefault(k, []).append(v)
+    if parse and records and not out:
+        # An empty record, or bytes that are not an Example but parse as one of unknown
+        # fields only (b"x" * 10 does): batches of nothing but "index" hid them.
+        raise FormatError(
+            f"{name}: {where(records[0][0])} parses as a tf.train.Example of no features: "
+            "the records are empty or not Examples; read their bytes with decode=False"
+        )
     result: dict[str, NDArray[Any]] = {}
     for k, vs in out.items():
         arr = np.empty(len(vs), dtype=object)
