@@ -503,8 +503,8 @@ def test_read_error_surfaces_with_the_step(
     ld = Loader(source(token_path, reads="pread"), batch_size=16, seed=7, prefetch=prefetch)
     with ld, pytest.raises(StorageError, match="EIO") as info:
         list(islice(iter(ld), 200))
-    if prefetch:
-        assert any("while reading step" in n for n in getattr(info.value, "__notes__", []))
+    # With and without read-ahead (prefetch=0 said no step until 2026-12-06).
+    assert any("while reading step" in n for n in getattr(info.value, "__notes__", []))
 
 
 def ids_file(tmp_path: Path) -> Path:
@@ -532,12 +532,14 @@ def test_a_failed_chunk_hands_over_the_steps_before_its_first_bad_one(
     ):
         got.extend(int(b["sample"][0]) for b in ld)
     assert got == list(range(0, 72, 8)) and ld.step == 9
-    if prefetch:
-        assert "while reading step 9 (rank 0)" in info.value.__notes__
+    assert "while reading step 9 (rank 0)" in info.value.__notes__
     assert "During handling" not in "".join(traceback.format_exception(info.value))
 
 
-def test_a_failure_under_a_step_stride_names_the_loaders_own_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_a_failure_under_a_step_stride_names_the_loaders_own_step(
+    tmp_path: Path, prefetch: int
+) -> None:
     # A worker's share: steps 1, 3, 5, ... Sample 72 (step 9) is the first refused; the
     # steps before it arrive and the note names step 9, not the step after the last one
     # handed over (8, no step of this loader's).
@@ -545,7 +547,15 @@ def test_a_failure_under_a_step_stride_names_the_loaders_own_step(tmp_path: Path
     src = TokenSource(path, dtype="uint16", context=16, shuffle=False, vocab_size=1153)
     got: list[int] = []
     with (
-        Loader(src, batch_size=8, epochs=1, chunk_steps=4, step_stride=2, step_offset=1) as ld,
+        Loader(
+            src,
+            batch_size=8,
+            epochs=1,
+            chunk_steps=4,
+            step_stride=2,
+            step_offset=1,
+            prefetch=prefetch,
+        ) as ld,
         pytest.raises(FormatError, match=r"\(sample 72\)") as info,
     ):
         got.extend(int(b["sample"][0]) // 8 for b in ld)

@@ -535,7 +535,16 @@ class Loader(Closing):
         chunks = self._read_ahead(start, generation)
         while True:
             with self._watch.watched():
-                chunk = next(chunks, None)
+                try:
+                    chunk = next(chunks, None)
+                except Exception as exc:
+                    # Named as the read-ahead's failures are (the steps before it were
+                    # handed over, so this loader's next own step is the one that failed):
+                    # without read-ahead the error said no step until 2026-12-06.
+                    k, w = self.step_stride, self.step_offset
+                    step = self.step + (w - self.step) % k
+                    exc.add_note(f"while reading step {step} (rank {self.rank})")
+                    raise
             if chunk is None:
                 return
             yield chunk
