@@ -85,7 +85,11 @@ def test_an_eio_checking_the_o_direct_reopen_is_an_open_error_naming_the_file(
     # once (the first failure may stop the other's read).
     named = "|".join(re.escape(str(folder / f"f{i}.bin")) for i in range(FILES))
     with Loader(src, batch_size=2, seed=0, steps=1, prefetch=0) as loader:
-        with pytest.raises(StorageError, match=rf"({named}): cannot open \(Input/output error\)$"):
+        with pytest.raises(
+            StorageError,
+            match=rf"({named}): cannot open \(Input/output error\)\n"
+            r"while reading step 0 \(rank 0\)$",
+        ):
             next(iter(loader))
     assert 2 <= len(failed) <= 3
     assert fds_in(folder) == 0
