@@ -12,7 +12,7 @@ I/O strategy or the host count, so every run replaces the same rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,11 +52,7 @@ def check_empty_rows(empty_rows: object) -> EmptyRows:
 def check_max_retries(max_retries: object) -> int:
     """``max_retries`` as an int: a Python or NumPy integer >= 0."""
     # True would be one retry, and the state's fingerprint would hold true, not 1.
-    if (
-        isinstance(max_retries, bool | np.bool_)
-        or not isinstance(max_retries, int | np.integer)
-        or max_retries < 0
-    ):
+    if not _integer(max_retries) or max_retries < 0:
         raise ConfigError(
             f"max_retries must be an integer >= 0 (got {max_retries!r}): the replacements "
             "tried for a row without a loss target before EmptyRowsError (default 8)."
@@ -112,15 +108,16 @@ def parse_shuffle(shuffle: object) -> ShuffleMode | None:
     )
 
 
+def _integer(value: object) -> TypeGuard[int | np.integer[Any]]:
+    """A Python or NumPy integer, not a bool (``True`` counts nothing)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
 def check_window_rows(window_rows: object, default: str) -> int:
     """``window_rows`` as an int >= 1, from a Python or NumPy integer (a count NumPy
     worked out, ``len(rows) // 8``; the fingerprint's JSON wants Python's); ``default``
     describes the default in the message."""
-    if (
-        isinstance(window_rows, bool | np.bool_)
-        or not isinstance(window_rows, int | np.integer)
-        or window_rows < 1
-    ):
+    if not _integer(window_rows) or window_rows < 1:
         raise ConfigError(
             f"window_rows must be an integer >= 1 (got {window_rows!r}); it bounds the "
             f"rows of one window of the windowed shuffle (default {default})."
