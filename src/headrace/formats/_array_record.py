@@ -199,20 +199,32 @@ def _sizes(buf: bytes, name: str, what: str) -> NDArray[np.int64]:
 
 
 def _records(
-    at: At, size: int, pos: int, name: str, what: str, records: int | None = None
+    at: At,
+    size: int,
+    pos: int,
+    name: str,
+    what: str,
+    records: int | None = None,
+    says: str = "the footer says",
 ) -> tuple[list[bytes], int]:
-    """The records of the simple chunk at ``pos`` (``records`` of them, if given), and
-    the chunk's end."""
-    sizes, values, end = _parts(at, size, pos, name, what, records)
+    """The records of the simple chunk at ``pos`` (``records`` of them, if given: what
+    ``says`` so), and the chunk's end."""
+    sizes, values, end = _parts(at, size, pos, name, what, records, says)
     ends = np.cumsum(sizes).tolist()
     return [values[a:b] for a, b in zip([0, *ends], ends, strict=False)], end
 
 
 def _parts(
-    at: At, size: int, pos: int, name: str, what: str, records: int | None = None
+    at: At,
+    size: int,
+    pos: int,
+    name: str,
+    what: str,
+    records: int | None = None,
+    says: str = "the footer says",
 ) -> tuple[NDArray[np.int64], bytes, int]:
     """The record sizes and records' bytes of the simple chunk at ``pos`` (``records``
-    of them, if given), and the chunk's end."""
+    of them, if given: what ``says`` so), and the chunk's end."""
     kind, n, decoded, data, end = _chunk(at, size, pos, name, what)
     if kind == _TRANSPOSED:
         raise FormatError(
@@ -227,8 +239,8 @@ def _parts(
         )
     if records is not None and n != records:
         raise FormatError(
-            f"{name}: {what} at offset {pos:,} holds {n:,} records; the footer says "
-            f"{records:,}: the file is damaged"
+            f"{name}: {what} at offset {pos:,} holds {n:,} records; {says} {records:,}: "
+            "the file is damaged"
         )
     return (*_simple_parts(data, n, decoded, name, f"{what} at offset {pos:,}"), end)
 
@@ -249,7 +261,9 @@ def read_index(at: At, size: int, name: str) -> Index:
             "least two (its postscript fills the last): truncated, or not an ArrayRecord file"
         )
     tail = size - BLOCK_SIZE
-    posts, _ = _records(at, size, tail, name, "the postscript", 3)
+    posts, _ = _records(
+        at, size, tail, name, "the postscript", 3, "an ArrayRecord postscript holds"
+    )
     found = [_proto_varints(r, name, "the postscript") for r in posts]
     good = [p for p in found if p.get(2) == MAGIC]
     if not good:

@@ -9,8 +9,8 @@ writes with ``zstd``; both write and read the standard frame), ``br`` from
 ``brotli`` and ``snappy`` from ``python-snappy``, each imported where used.
 
 Decompression is bounded by ``raw_data.bytes``: a stream that holds more is
-refused without decompressing it all (gz, bz2, zstd, br; a zstd frame that states
-another size before decompressing any; snappy's header states the size), and one
+refused without decompressing it all (gz, bz2, zstd, br; a zstd frame or a snappy
+header that states another size before decompressing any), and one
 that holds less, or is cut or damaged, is refused naming the shard.
 """
 
@@ -134,9 +134,21 @@ def _br(data: Any, size: int) -> bytes:
     return out
 
 
-def _snappy(data: Any, size: int) -> bytes:  # noqa: ARG001  (its header states the size)
+def _snappy(data: Any, size: int) -> bytes:
     import snappy
 
+    # Its header (a varint) states the size, which snappy makes whole before any check:
+    # 3 MiB stating 64 MiB were made whole to be refused. A header cut or too long is
+    # left to decompress, which names it.
+    head = bytes(data[:5])
+    stated = shift = 0
+    for byte in head:
+        stated |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            if stated != size:
+                raise ValueError(f"its header states {stated} bytes")
+            break
     out: bytes = bytes(snappy.decompress(bytes(data)))
     return out
 
@@ -158,8 +170,10 @@ def decompress(
     try:
         out = _DECOMPRESS[family](data, size)
     except Exception as exc:  # each codec has its own errors: named here, whatever they are
+        # python-snappy's UncompressError says nothing itself: its cause (cramjam's) does.
+        why = exc if str(exc) or exc.__cause__ is None else exc.__cause__
         raise FormatError(
-            f"{name}: cannot be decompressed as {family} ({type(exc).__name__}: {exc}); "
+            f"{name}: cannot be decompressed as {family} ({type(why).__name__}: {why}); "
             "damaged or cut"
         ) from exc
     if len(out) != size:
@@ -171,15 +185,20 @@ def decompress(
 def _hasher(algo: str) -> Callable[[Any], Any] | None:
     """The function computing Streaming's hash ``algo``; ``None``: not computable here
     (an xxhash one without the xxhash package, or a name neither knows)."""
+    # Each package's hashes by name, as Streaming's hashing.py takes them: their other
+    # attributes (hashlib.new, file_digest, xxhash.xxh64_hexdigest) are no hash.
     if algo.startswith("xxh"):
         try:
             import xxhash
         except ImportError:
             return None
-        return getattr(xxhash, algo, None)  # type: ignore[no-any-return, unused-ignore]
-    if algo.startswith("shake_"):  # Streaming never writes these (no fixed length)
+        if algo not in getattr(xxhash, "algorithms_available", ()):  # (since xxhash 2.0)
+            return None
+        return getattr(xxhash, algo)  # type: ignore[no-any-return, unused-ignore]
+    # Nor shake's (Streaming never writes these: no fixed length).
+    if algo not in hashlib.algorithms_guaranteed or algo.startswith("shake_"):
         return None
-    fn: Callable[[Any], Any] | None = getattr(hashlib, algo, None)
+    fn: Callable[[Any], Any] = getattr(hashlib, algo)
     return fn
 
 

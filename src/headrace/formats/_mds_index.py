@@ -55,6 +55,9 @@ _NDARRAY_DTYPES = frozenset(_SCALARS) - {"int"}
 VALUE_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32",
                 33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}  # fmt: skip
 _AS_BYTES: dict[str, Kind] = {"bytes": "bytes", "str": "str", "json": "json"}
+#: A shard's sample count and offsets are uint32s: no shard holds more samples, nor
+#: (decompressed) more bytes.
+_U32_MAX = 0xFFFF_FFFF
 _REFUSED = {
     "pkl": (
         "unpickling runs whatever code the bytes name (pickle.loads), so a shard written "
@@ -144,7 +147,9 @@ def _column(name: str, encoding: str, size: object, where: str) -> Column:
         )
     if isinstance(size, bool) or (size is not None and not isinstance(size, int)):
         raise FormatError(f"{where}: column {name!r}: column_sizes holds {size!r}, not a count")
-    if kind is not None and size != fixed:
+    # The encodings refused are checked too (each variable, as Streaming writes it): a
+    # size given to one placed every column after it.
+    if size != fixed:
         raise FormatError(
             f"{where}: column {name!r} ({encoding}): column_sizes says "
             f"{'variable' if size is None else f'{size} bytes'}, the encoding "
@@ -227,10 +232,20 @@ def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
         count = _get(entry, "samples", at)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise FormatError(f"{at}: samples is {count!r}, not a count")
+        if count > _U32_MAX:  # (2**63 and more failed at open in NumPy, naming nothing)
+            raise FormatError(
+                f"{at}: samples is {count}; a shard counts its samples in 32 bits (at most "
+                f"{_U32_MAX:,}): the index is damaged"
+            )
         size = _count(raw.get("bytes"), "raw_data.bytes", at)
         codec = entry.get("compression")
         if codec:
             family = codec_family(codec, at)
+            if size is not None and size > _U32_MAX:
+                raise FormatError(
+                    f"{at}: raw_data.bytes is {size}; a shard's offsets are 32-bit, so it "
+                    f"holds at most {_U32_MAX:,} bytes decompressed: the index is damaged"
+                )
             zipped = entry.get("zip_data")
             zname = zipped.get("basename") if isinstance(zipped, dict) else None
             if not _is_name(zname):
