@@ -12,7 +12,7 @@ import numpy as np
 
 from headrace._messages import object_field
 from headrace.errors import ConfigError, DataError
-from headrace.jax._rows import held_rows
+from headrace.jax._rows import checked_batch_size, checked_sharding, held_rows
 from headrace.pipeline import Batch
 
 __all__ = ["make_global_batch"]
@@ -29,6 +29,7 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
     another process's), ``batch`` holds them joined in row order.
     """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
+    batch_size = checked_batch_size(batch_size)
     per_field = isinstance(sharding, Mapping)
     if per_field and batch.keys() != sharding.keys():
         unsharded = [f"no sharding for {k!r}" for k in sorted(batch.keys() - sharding.keys())]
@@ -38,6 +39,11 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
             f"{sorted(sharding)}: {'; '.join(unsharded + unknown)}; give one sharding per "
             "field (or one sharding for all)."
         )
+    if per_field:
+        for name in batch:
+            checked_sharding(sharding[name], f"sharding[{name!r}]")
+    else:
+        checked_sharding(sharding)
     out = {}
     for name, value in batch.items():
         a = _jaxable(name, value)
@@ -51,11 +57,21 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
 
 
 def _jaxable(name: str, a: Any) -> Any:
-    """``a`` as jax can take it without changing a value: another byte order made this
-    machine's (jax refuses ``>u2`` and ``>f4``); a type jax has no array for refused by
-    name; 64-bit integers that jax would keep as 32-bit ones (``jax_enable_x64`` off)
-    refused where a value does not fit, since jax wraps them silently, and 64-bit floats
-    where a finite value would become ``inf`` in 32 bits."""
+    """``a`` as jax can take it without changing a value: a list made an array, a dict
+    refused; another byte order made this machine's (jax refuses ``>u2`` and ``>f4``); a
+    type jax has no array for refused by name; 64-bit integers that jax would keep as
+    32-bit ones (``jax_enable_x64`` off) refused where a value does not fit, since jax
+    wraps them silently, and 64-bit floats where a finite value would become ``inf`` in
+    32 bits."""
+    if isinstance(a, Mapping):
+        # Else a pytree to jax, past every check here: int64 ids became int32 zeros.
+        raise ConfigError(
+            f"field {name!r} is a dict (of {sorted(a)!r:.200}), not an array: "
+            "make_global_batch lays out one array a field; give each of its arrays a field "
+            "of its own"
+        )
+    if isinstance(a, list | tuple):  # numbers a row (a label list): as NumPy makes them
+        a = np.asarray(a)
     if not isinstance(a, np.ndarray):
         return a
     if a.dtype == object:

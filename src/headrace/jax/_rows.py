@@ -14,8 +14,62 @@ from typing import Any
 import jax
 
 from headrace.errors import ConfigError
+from headrace.pipeline._loader_args import integer
 
-__all__ = ["fields_blocks", "fields_rows", "held_rows", "host_blocks", "host_rows"]
+__all__ = [
+    "checked_batch_size",
+    "checked_sharding",
+    "fields_blocks",
+    "fields_rows",
+    "held_rows",
+    "host_blocks",
+    "host_rows",
+]
+
+
+def checked_batch_size(batch_size: object) -> int:
+    """``batch_size`` as an int, refused unless a positive integer (Python's or NumPy's),
+    before jax sees it: jax caches a sharding's index map by shape, and ``(8.0,)`` is
+    ``(8,)`` to the cache, so a batch size of 8.0 once tried left slices of floats for
+    every later one of 8 on that sharding (a TypeError each, for the whole process)."""
+    value = integer("batch_size", batch_size)
+    if value < 1:
+        raise ConfigError(f"batch_size must be >= 1 (got {value}).")
+    return value
+
+
+# jax.sharding.AbstractMesh is no older jax's (headrace takes jax >= 0.4.30).
+_MESHES = tuple(
+    m for m in (jax.sharding.Mesh, getattr(jax.sharding, "AbstractMesh", None)) if m is not None
+)
+
+
+def checked_sharding(sharding: object, name: str = "sharding") -> None:
+    """Refuse what is no ``jax.sharding.Sharding`` (nor has its index map), saying what to
+    make of it (a spec, a mesh and a device were each an AttributeError from inside
+    headrace)."""
+    if isinstance(sharding, jax.sharding.Sharding) or hasattr(
+        sharding, "addressable_devices_indices_map"
+    ):
+        return
+    if isinstance(sharding, jax.sharding.PartitionSpec):
+        got = (
+            f"a PartitionSpec {sharding!r}): a spec names mesh axes, not devices: give "
+            f"NamedSharding(mesh, {sharding!r})"
+        )
+    elif isinstance(sharding, _MESHES):
+        axis = sharding.axis_names[0] if sharding.axis_names else "data"
+        got = (
+            f"a Mesh of axes {dict(sharding.shape)}): give NamedSharding(mesh, P({axis!r})) "
+            "to lay the batch axis over a mesh axis (P: jax.sharding.PartitionSpec)"
+        )
+    elif isinstance(sharding, jax.Device):
+        got = f"a device {sharding!r}): give SingleDeviceSharding(device) to put batches on it"
+    else:
+        shown = "None" if sharding is None else f"a {type(sharding).__name__} {sharding!r:.200}"
+        got = f"{shown}): e.g. NamedSharding(mesh, P('data')) to lay the batch axis over a mesh"
+    whole = ", or a dict of one per field" if name == "sharding" else ""
+    raise ConfigError(f"{name} must be a jax.sharding.Sharding{whole} (got {got}.")
 
 
 def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict[Any, Any]:
@@ -26,6 +80,8 @@ def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict
     # split of an axis divides: 5040, times what the device count adds (an axis
     # split over 32 devices, context parallel, does not divide 5040, and the
     # refusal blamed the batch size).
+    checked_sharding(sharding)
+    batch_size = checked_batch_size(batch_size)
     devices = len(getattr(sharding, "device_set", ()) or ())
     other = math.lcm(5040, devices or 1)
     method = "devices_indices_map" if everywhere else "addressable_devices_indices_map"
@@ -205,6 +261,8 @@ def _check_fields(sharding: Mapping[str, Any], batch_size: int, rows_of: Any) ->
             "sharding is an empty dict: give one sharding per field of the batch (or one "
             "sharding for all)."
         )
+    for name, s in sharding.items():
+        checked_sharding(s, f"sharding[{name!r}]")
     found = {name: rows_of(s, batch_size) for name, s in sharding.items()}
     if len({repr(v) for v in found.values()}) > 1:
         rows = ", ".join(

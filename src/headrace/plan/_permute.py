@@ -52,11 +52,12 @@ def derive_keys(*counters: int, n: int = _ROUNDS) -> NDArray[np.uint64]:
     Tuples of smaller counters keep their words as they are (and their keys).
     """
     for c in counters:
-        if not 0 <= c < 1 << 64:
-            raise ValueError(f"counters must be in [0, 2**64) (got {counters}).")
-    words: list[int] = list(counters)
-    if any(c >> 32 for c in counters):
-        words = [w for c in counters for w in (c & 0xFFFFFFFF, c >> 32)] + [_WIDE]
+        # Not a bool (True keyed as 1), nor a float (a TypeError from ``>>`` below).
+        if isinstance(c, bool) or not isinstance(c, int | np.integer) or not 0 <= c < 1 << 64:
+            raise ValueError(f"counters must be integers in [0, 2**64) (got {counters}).")
+    words: list[int] = [int(c) for c in counters]
+    if any(c >> 32 for c in words):
+        words = [w for c in words for w in (c & 0xFFFFFFFF, c >> 32)] + [_WIDE]
     state = np.random.SeedSequence(words).generate_state(n, np.uint64)
     return state.astype(np.uint64, copy=False)
 
@@ -177,12 +178,15 @@ class Permutation:
 
     def one(self, i: int) -> int:
         """The image of a single position, in pure Python."""
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TypeError(f"permutation index must be an integer (got {i!r}).")
+        i = int(i)  # a NumPy integer's own arithmetic cannot take the 64-bit keys
         if not 0 <= i < self.n:
             raise IndexError(f"permutation index {i} out of range(0, {self.n}).")
         return self._walk(i, False)
 
     def _apply(self, idx: ArrayLike, inverse: bool) -> NDArray[np.int64]:
-        x = np.asarray(idx, dtype=np.int64)
+        x = _indices(idx)
         if x.size and (x.min() < 0 or x.max() >= self.n):
             raise IndexError(f"permutation index out of range(0, {self.n}).")
         if not inverse:
@@ -231,6 +235,14 @@ class Permutation:
     def inverse(self, values: ArrayLike) -> NDArray[np.int64]:
         """The position that maps to each value."""
         return self._apply(values, inverse=True)
+
+
+def _indices(idx: ArrayLike) -> NDArray[np.int64]:
+    """``idx`` as int64, refused unless integers: cast, ``[1.5]`` read index 1."""
+    x = np.asarray(idx)
+    if x.dtype.kind not in "iu" and x.size:
+        raise TypeError(f"permutation indices must be integers (got an array of {x.dtype}).")
+    return x.astype(np.int64, copy=False)
 
 
 @lru_cache(maxsize=256)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import StateError
-from headrace.plan._changes import NAMED_PARTS, changes, named_parts
+from headrace.plan._changes import NAMED_PARTS, changes, json_value, named_parts, plain
 
 __all__ = [
     "PLAN_VERSION",
@@ -41,8 +41,8 @@ STEP_LIMIT = 2**53
 
 def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
     """A short stable digest of a source's fingerprint (paths, sizes, dtypes, config)."""
-    blob = json.dumps(fingerprint, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:32]
+    blob = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), default=json_value)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 #: Parts added to descriptions after states were saved without them, oldest first:
@@ -99,6 +99,7 @@ def fingerprint_parts(fingerprint: dict[str, Any]) -> dict[str, str]:
     a top-level mapping, as ``sources.chat``), so a refused state can say what changed;
     and its settings and files, named (:func:`~headrace.plan._changes.named_parts`), so
     it can say which changed and how."""
+    fingerprint = plain(fingerprint)  # NumPy numbers and paths as JSON holds them
     out: dict[str, str] = named_parts(fingerprint)
     for key, value in fingerprint.items():
         if isinstance(value, dict) and value:

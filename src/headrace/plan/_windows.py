@@ -81,6 +81,10 @@ class WindowLayout:
             )
         if not self.file_tokens:
             raise ValueError("a window layout needs at least one file.")
+        short = [(i, n) for i, n in enumerate(self.file_tokens) if n < 0]
+        if short:
+            i, n = short[0]
+            raise ValueError(f"file token counts must be >= 0 (got {n} for file {i}).")
         if self.tail and self.shuffle:
             raise ValueError("tail=True is for an unshuffled pass (shuffle=False).")
         if self.stride is not None:
@@ -108,7 +112,10 @@ class WindowLayout:
             more = -(-np.maximum(targets - self.context, 0) // self.step)
             out: NDArray[np.int64] = np.where(targets > 0, 1 + more, 0)
             return out
-        return targets // self.context
+        # An empty file's -1 targets offer no start (-1 // L is -1: each such file took a
+        # sample off the epoch's count, and its last samples were never read).
+        starts: NDArray[np.int64] = np.maximum(targets, 0) // self.context
+        return starts
 
     @cached_property
     def _file_windows(self) -> NDArray[np.int64]:
@@ -304,9 +311,10 @@ def group_by_window(
         return []
     # Packed relative to the first epoch: ``epoch << 32`` itself wraps int64 from epoch
     # 2**31 on (step 2**40 of a small dataset), giving a negative epoch or, past 2**32,
-    # another epoch's order. A chunk spans a few epochs; anything wider is grouped by pairs.
+    # another epoch's order; a window of 2**32 or more is another epoch's window. A chunk
+    # spans a few epochs of fewer windows; anything wider is grouped by pairs.
     base = int(epoch.min())
-    if int(epoch.max()) - base >= 1 << 31:
+    if int(epoch.max()) - base >= 1 << 31 or int(window.max()) >> 32:
         pairs, first, inv = np.unique(
             np.stack([epoch, window], axis=1), axis=0, return_index=True, return_inverse=True
         )
