@@ -1,51 +1,117 @@
 """A JPEG's EXIF orientation tag, read from its bytes, and the turn it asks for.
 
 Read here, not by Pillow, so that both decode paths (simplejpeg and Pillow) find
-the same tag the same way: the first APP1 segment that starts ``Exif\\0\\0``
-(the one Pillow reads), its TIFF header's byte order, IFD0's tag 0x0112 as a
-SHORT or LONG. No tag, a value outside 1-8, or EXIF that cannot be read (cut
-short, offsets past the segment) is orientation 1: the pixels as stored, which
-is what ``PIL.ImageOps.exif_transpose`` leaves such an image as.
+the same tag the same way, the way Pillow's ``getexif`` (and so
+``PIL.ImageOps.exif_transpose``) finds it: the ``Exif\\0\\0`` APP1 segments
+(the first one's TIFF data, later ones appended), their TIFF header's byte order,
+IFD0's first readable tag 0x0112, of any TIFF number type (a camera writes a SHORT;
+a SSHORT 6, a RATIONAL 12/2 or a FLOAT 6.0 turn as 6 does; a BYTE is read as bytes
+and turns nothing). Where IFD0 has no such tag, an XMP packet's
+``tiff:Orientation`` (the last XMP APP1 segment's), as Pillow reads it. No tag, a
+value outside 1-8, or EXIF that cannot be read (cut short, offsets past the
+segment) is orientation 1: the pixels as stored, which is what
+``PIL.ImageOps.exif_transpose`` leaves such an image as.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["apply_orientation", "jpeg_orientation", "tiff_orientation"]
+__all__ = [
+    "apply_orientation",
+    "exif_tiff",
+    "jpeg_orientation",
+    "jpeg_segments",
+    "tiff_orientation",
+]
 
 _ORIENTATION = 0x0112
 _SOS = 0xDA  # start of scan: EXIF comes before it
 _APP1 = 0xE1
+_EXIF = b"Exif\0\0"
+_XMP = b"http://ns.adobe.com/xap/1.0/\0"
+# Pillow's own pattern (Image.getexif), for an orientation given by XMP alone.
+_XMP_ORIENTATION = re.compile(rb'tiff:Orientation(="|>)([0-9])')
+# TIFF types Pillow reads an orientation of as a number: the struct format of one
+# value (fractions as numerator and denominator). BYTE, ASCII and UNDEFINED (1, 2, 7)
+# it reads as bytes or text, which turn nothing; other types it skips, as if absent.
+_NUMBERS = {3: "H", 4: "I", 5: "II", 6: "b", 8: "h", 9: "i", 10: "ii", 11: "f", 12: "d",
+            13: "I", 16: "Q"}  # fmt: skip
+_NOT_NUMBERS = (1, 2, 7)
+_SIZES = {kind: struct.calcsize("<" + fmt) for kind, fmt in _NUMBERS.items()}
+# The TIFF headers Pillow reads EXIF of (BigTIFF's, which no camera writes, aside).
+_TIFF_ORDER = {b"II*\0": "<", b"II\0*": "<", b"MM\0*": ">", b"MM*\0": ">"}
 # Markers without a length: TEM, RST0-7, SOI, EOI.
 _NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 
 
 def jpeg_orientation(view: memoryview) -> int:
     """The EXIF orientation (1-8) of the JPEG in ``view``; 1 where it has none."""
-    exif = _exif_segment(view)
-    return 1 if exif is None else tiff_orientation(exif)
+    exif: bytes | None = None
+    xmp: memoryview | None = None
+    for marker, start, stop in jpeg_segments(view):
+        if marker != _APP1:
+            continue
+        if bytes(view[start : start + 6]) == _EXIF:
+            body = bytes(view[start:stop])
+            if exif is not None:
+                exif += body[6:]  # (Pillow joins them)
+                continue
+            exif = exif_tiff(body)
+            found = _read_ifd0(exif)
+            if found is not None:  # as nearly always: no further segment can change it
+                return _turn(found)
+        elif bytes(view[start : start + len(_XMP)]) == _XMP:
+            xmp = view[start + len(_XMP) : stop]  # the last one, as Pillow keeps
+    return tiff_orientation(exif, xmp)
 
 
-def tiff_orientation(tiff: bytes) -> int:
-    """The orientation (1-8) in EXIF's TIFF data ``tiff``; 1 where it has none or is
-    cut short (a WebP's ``EXIF`` chunk holds such data, as a JPEG's APP1 does)."""
+def tiff_orientation(tiff: bytes | None, xmp: bytes | memoryview | None = None) -> int:
+    """The orientation (1-8) in EXIF's TIFF data ``tiff``, or where that has none in
+    the XMP packet ``xmp``; 1 where neither has one or it is cut short (a WebP's
+    ``EXIF`` and ``XMP `` chunks hold such data, as a JPEG's APP1 segments do)."""
+    found = None if tiff is None else _read_ifd0(tiff)
+    if found is None and xmp is not None:
+        match = _XMP_ORIENTATION.search(xmp)
+        found = None if match is None else int(match[2])
+    return _turn(found)
+
+
+def _turn(found: int | None) -> int:
+    return found if found is not None and 1 <= found <= 8 else 1
+
+
+def _read_ifd0(tiff: bytes) -> int | None:
     try:
         return _ifd0_orientation(tiff)
     except struct.error:  # cut short
-        return 1
+        return None
 
 
-def _exif_segment(view: memoryview) -> bytes | None:
-    """The TIFF data of the first ``Exif\\0\\0`` APP1 segment, or None."""
+def exif_tiff(exif: bytes) -> bytes:
+    """The TIFF data of an EXIF block: without its ``Exif\\0\\0`` header (or two of
+    them, as some writers double it), as Pillow strips them."""
+    for _ in range(2):
+        if exif.startswith(_EXIF):
+            exif = exif[6:]
+    return exif
+
+
+def jpeg_segments(view: memoryview) -> Iterator[tuple[int, int, int]]:
+    """Each marker segment of the JPEG in ``view`` before its first scan (SOS), as
+    ``(marker, start of its body, end of its body)``; the walk stops at SOS, at bytes
+    that are no marker (damage: the decoder will say so) or at the end."""
     at, end = 2, len(view)  # after SOI
     while at + 4 <= end:
         if view[at] != 0xFF:
-            return None  # not a marker: damaged; the decoder will say so
+            return
         marker = view[at + 1]
         if marker == 0xFF:  # fill byte
             at += 1
@@ -54,33 +120,57 @@ def _exif_segment(view: memoryview) -> bytes | None:
             at += 2
             continue
         if marker == _SOS:
-            return None
+            return
         (length,) = struct.unpack_from(">H", view, at + 2)
-        body = at + 4
-        if marker == _APP1 and bytes(view[body : body + 6]) == b"Exif\0\0":
-            return bytes(view[body + 6 : at + 2 + length])
+        yield marker, at + 4, min(at + 2 + length, end)
         at += 2 + length
-    return None
 
 
-def _ifd0_orientation(tiff: bytes) -> int:
-    order = {b"II": "<", b"MM": ">"}.get(tiff[:2])
+def _ifd0_orientation(tiff: bytes) -> int | None:
+    """IFD0's orientation as Pillow reads it (``TiffImagePlugin``'s IFD load): its
+    first tag 0x0112 of a type Pillow reads, with a value; 0 where that value is no
+    whole number (bytes, 13/2, 6.5); ``None`` where there is none. As there, entries are
+    read in order: one whose values lie past the end stops the reading (the tags after
+    it are absent), one whose values together with those before it are more than the
+    data is skipped."""
+    order = _TIFF_ORDER.get(tiff[:4])
     if order is None:
-        return 1
+        return None
     (ifd,) = struct.unpack_from(order + "I", tiff, 4)
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
+    stored: set[int] = set()
+    elsewhere = 0  # bytes of values held outside their entries
     for i in range(count):
-        tag, kind, _, value = struct.unpack_from(order + "HHI4s", tiff, ifd + 2 + 12 * i)
+        tag, kind, n, value = struct.unpack_from(order + "HHI4s", tiff, ifd + 2 + 12 * i)
+        fmt = _NUMBERS.get(kind)
+        if tag in stored or (fmt is None and kind not in _NOT_NUMBERS):
+            continue
+        size = n * _SIZES.get(kind, 1)
+        data = value[:size]
+        if size > 4:  # the value field holds where the values are
+            elsewhere += size
+            if elsewhere > len(tiff):
+                continue
+            (at,) = struct.unpack_from(order + "I", value)
+            data = tiff[at : at + size]
+            if len(data) != size:
+                return None
+        if not data:
+            continue
+        stored.add(tag)
         if tag != _ORIENTATION:
             continue
-        if kind == 3:  # SHORT: the first two bytes of the value field
-            (found,) = struct.unpack_from(order + "H", value)
-        elif kind == 4:  # LONG
-            (found,) = struct.unpack_from(order + "I", value)
-        else:
-            return 1
-        return int(found) if 1 <= found <= 8 else 1
-    return 1
+        if fmt is None:
+            return 0
+        first = struct.unpack_from(order + fmt, data)
+        if len(first) == 2:  # a fraction: whole, or no turn
+            num, den = first
+            return num // den if den and not num % den else 0
+        number = first[0]
+        if isinstance(number, float):
+            return int(number) if math.isfinite(number) and number.is_integer() else 0
+        return int(number)
+    return None
 
 
 def apply_orientation(

@@ -51,9 +51,11 @@ def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
 
 
 def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
-    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image, ``C`` in 1..4 (uint8 or uint16:
-    8 or 16 bits; C = 2 is grey + alpha)."""
+    """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image, ``C`` in 1..4 (uint8 or uint16,
+    of either byte order: 8 or 16 bits; C = 2 is grey + alpha)."""
     img = np.ascontiguousarray(image)
+    if not img.dtype.isnative:  # big-endian samples (FITS, ">u2" buffers): the same image
+        img = img.astype(img.dtype.newbyteorder("="))
     if img.ndim == 3 and img.shape[2] == 1:
         img = img[:, :, 0]
     if img.dtype not in (np.uint8, np.uint16) or not (img.ndim == 2 or img.shape[2] in (2, 3, 4)):

@@ -23,7 +23,8 @@ Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
 with grey or zeros and carry on, so the structure is checked first (JPEG:
 SOI at the start and EOI at the end; PNG: signature and a final IEND chunk),
 scan data by simplejpeg's strict mode (CMYK files too, before Pillow decodes
-them), and a PNG's zlib stream whole where ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES``
+them), a PNG's image data by its IDAT chunks' CRC-32 (which Pillow skips), and its
+zlib stream whole where ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES``
 would have Pillow accept one cut short (:mod:`headrace.formats._png_stream`).
 Warning filters are left alone (they are process-wide, and decode threads run
 beside the training loop): a warning Pillow issues while decoding goes through
@@ -45,8 +46,8 @@ from numpy.typing import NDArray
 from headrace._messages import RECOPY
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
-from headrace.formats._exif import apply_orientation, jpeg_orientation
-from headrace.formats._png_stream import check_png_stream
+from headrace.formats._exif import apply_orientation, jpeg_orientation, jpeg_segments
+from headrace.formats._png_stream import check_png_crcs, check_png_stream
 
 __all__ = [
     "IMAGE_FORMATS",
@@ -79,6 +80,8 @@ _JPEG_EOI = b"\xff\xd9"
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 _FOUR_CHANNEL = ("CMYK", "YCCK")
+# Start-of-frame markers (SOF0-3, 5-7, 9-11, 13-15): the frame's precision comes first.
+_SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC), *range(0xCD, 0xD0)})
 # libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
 _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
 # IHDR's bit depth and colour type bytes (after the signature, the chunk's length and
@@ -210,8 +213,13 @@ def _check_jpeg(view: memoryview, name: str) -> None:
         raise FormatError(f"{name}: not a JPEG (nor a PNG): starts with {bytes(view[:4])!r}{what}")
     # Writers may pad with NULs after EOI; any other tail means a cut-off file.
     end = len(view)
-    while end > 2 and view[end - 1] == 0:
-        end -= 1
+    if view[end - 1] == 0:
+        # In C, the last 4 KiB (padding is a few bytes), else the whole file: a download
+        # stopped in a preallocated file leaves megabytes of zeros, which a step back a
+        # byte at a time in Python took seconds over, holding the GIL (8 MiB: 3.6 s).
+        window = min(end, 4096)
+        kept = len(bytes(view[end - window :]).rstrip(b"\0"))
+        end = max(2, end - window + kept if kept else len(bytes(view).rstrip(b"\0")))
     if bytes(view[end - 2 : end]) != _JPEG_EOI:
         last = bytes(view).rfind(_JPEG_EOI)  # error path only: the copy does not matter
         if last > 2:
@@ -221,9 +229,10 @@ def _check_jpeg(view: memoryview, name: str) -> None:
                 "truncated one: headrace accepts only files that end with EOI, its check for "
                 "truncation"
             )
+        zeros = f", then {len(view) - end:,} zero bytes" if end < len(view) else ""
         raise FormatError(
-            f"{name}: truncated JPEG: no EOI marker ff d9 at the end "
-            f"(last bytes {bytes(view[max(0, end - 4) : end]).hex(' ')}, {len(view)} bytes)"
+            f"{name}: truncated JPEG: no EOI marker ff d9 at the end (last bytes "
+            f"{bytes(view[max(0, end - 4) : end]).hex(' ')}{zeros}, {len(view)} bytes)"
         )
 
 
@@ -259,13 +268,36 @@ def decode_jpeg(
         return decode_webp(view, name=name, mode=want, exif_transpose=exif_transpose, out=out)
     # A PNG named .jpg has no JPEG segments: 1, as stored.
     turn = jpeg_orientation(view) if exif_transpose else 1
-    arr = _decode_jpeg(view, name, use_simplejpeg, want, out if turn == 1 else None)
+    try:
+        arr = _decode_jpeg(view, name, use_simplejpeg, want, out if turn == 1 else None)
+    except FormatError as exc:
+        _check_precision(view, name, exc)
+        raise
     if turn == 1:
         return _fit(arr, out)
     h, w, c = arr.shape
     turned = (w, h, c) if turn >= 5 else (h, w, c)  # 5-8 swap height and width
     fits = out is not None and out.shape == turned and out.dtype == arr.dtype
     return apply_orientation(arr, turn, out if fits else None)
+
+
+def _check_precision(view: memoryview, name: str, exc: FormatError) -> None:
+    """Where a JPEG failed to decode, refuse one whose samples are not 8 bits (12-bit
+    medical and scientific images) as such: libjpeg, as simplejpeg and Pillow build it,
+    reads 8-bit samples only, and "corrupt JPEG ... copy the file again" sent its owner
+    after a good file."""
+    if bytes(view[:2]) != _JPEG_SOI:
+        return
+    for marker, start, stop in jpeg_segments(view):
+        if marker in _SOF and stop > start:
+            if view[start] != 8 and 2 <= view[start] <= 16:  # (else: a damaged header)
+                raise FormatError(
+                    f"{name}: a {view[start]}-bit JPEG (SOF{marker - 0xC0}), which neither "
+                    "simplejpeg nor Pillow decodes (libjpeg as they build it reads 8-bit "
+                    "samples only); the file need not be damaged: convert it, e.g. to a "
+                    "16-bit PNG, which keeps every bit"
+                ) from exc
+            return
 
 
 def jpeg_layout(
@@ -482,9 +514,11 @@ def _png_mode(img: Any) -> Any:
 
 
 def _check_png(view: memoryview, name: str) -> None:
-    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on. Where
-    Pillow is told to accept truncated images, its image data is checked whole first."""
+    """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on; its
+    image data must match its CRC-32s, which Pillow does not check. Where Pillow is told
+    to accept truncated images, its image data is checked whole first."""
     _check_png_end(view, name)
+    check_png_crcs(view, name)
     try:
         from PIL import ImageFile
     except ImportError:  # pragma: no cover - the decode says what to install

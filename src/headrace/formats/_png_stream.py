@@ -1,4 +1,13 @@
-"""A PNG's image data checked whole by zlib, where Pillow is told to accept truncation.
+"""A PNG's image data checked: its IDAT chunks' CRC-32 always, its zlib stream whole
+where Pillow is told to accept truncation.
+
+Pillow checks the CRC-32 of the chunks before the image data, never IDAT's (it reads
+the four bytes and drops them), and stops inflating once it has its scanlines, before
+zlib's Adler-32: of the bits flipped in the compressed data, as a bad disk or copy
+flips them, about one in 85 decoded to other pixels without an error (106 of 8,940
+single-bit flips of one small file). :func:`check_png_crcs` checks each IDAT chunk's
+CRC-32 as libpng does: 0.49 ms of a 7.35 ms decode of a 512 x 512 RGB PNG (500 KB),
+6.7%, measured on 2 shared cores.
 
 ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True``, a line many training scripts carry to
 get past broken files, makes Pillow fill the rest of a PNG whose compressed data stops
@@ -15,9 +24,10 @@ from __future__ import annotations
 import struct
 import zlib
 
+from headrace._messages import RECOPY
 from headrace.errors import FormatError
 
-__all__ = ["check_png_stream"]
+__all__ = ["check_png_crcs", "check_png_stream"]
 
 # Channels by IHDR colour type (3: palette indices).
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
@@ -41,6 +51,29 @@ def _scanline_bytes(width: int, height: int, depth: int, colour: int, interlace:
         for x, y, dx, dy in _ADAM7
         if width > x and height > y
     )
+
+
+def check_png_crcs(view: memoryview, name: str) -> None:
+    """Refuse ``view`` (a PNG, its signature and IEND checked) where an IDAT chunk's
+    CRC-32 is not its bytes'. Chunks cut short are left to the decoder, which names them."""
+    pos, size = 8, len(view)
+    while pos + 12 <= size:
+        length, kind = struct.unpack_from(">I4s", view, pos)
+        end = pos + 8 + length
+        if end + 4 > size:
+            return
+        if kind == b"IDAT":
+            (stored,) = struct.unpack_from(">I", view, end)
+            actual = zlib.crc32(view[pos + 8 : end], zlib.crc32(kind))
+            if actual != stored:
+                raise FormatError(
+                    f"{name}: corrupt or truncated PNG (the IDAT chunk at byte {pos}, "
+                    f"{length} bytes of image data, has CRC-32 {stored:08x}; its bytes give "
+                    f"{actual:08x}): {RECOPY}"
+                )
+        elif kind == b"IEND":
+            return
+        pos = end + 4
 
 
 def check_png_stream(view: memoryview, name: str) -> None:

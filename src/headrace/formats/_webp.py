@@ -4,7 +4,8 @@ Sample schema: ``(H, W, 3)`` RGB, or ``(H, W, 4)`` RGBA where the file says it h
 alpha (as Pillow opens it: a lossless file whose alpha is all 255 may be RGB); with
 ``mode`` (``"L"``, ``"LA"``, ``"RGB"``, ``"RGBA"``) Pillow's ``convert(mode)``, as
 for JPEG and PNG. ``exif_transpose=True`` turns the pixels upright as the file's
-``EXIF`` chunk says, as ``PIL.ImageOps.exif_transpose`` does.
+``EXIF`` chunk (or, where it has no orientation, its ``XMP `` chunk) says, as
+``PIL.ImageOps.exif_transpose`` does.
 
 Damage is refused before libwebp sees the bytes: the RIFF container's size must be
 the file's (a cut-off file, or bytes after it), and its chunks must tile it exactly.
@@ -23,7 +24,7 @@ from numpy.typing import NDArray
 from headrace._messages import RECOPY
 from headrace.errors import FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
-from headrace.formats._exif import apply_orientation, tiff_orientation
+from headrace.formats._exif import apply_orientation, exif_tiff, tiff_orientation
 from headrace.formats._images import (
     ImageMode,
     Layout,
@@ -106,9 +107,9 @@ def _frame(chunks: dict[bytes, memoryview], name: str) -> tuple[int, int, bool, 
             )
         width = 1 + int.from_bytes(x[4:7], "little")
         height = 1 + int.from_bytes(x[7:10], "little")
-        if b"EXIF" in chunks:
-            tiff = bytes(chunks[b"EXIF"])
-            orientation = tiff_orientation(tiff[6:] if tiff.startswith(b"Exif\0\0") else tiff)
+        tiff = exif_tiff(bytes(chunks[b"EXIF"])) if b"EXIF" in chunks else None
+        xmp = chunks.get(b"XMP ")
+        orientation = tiff_orientation(tiff, xmp)
         return height, width, bool(x[0] & _ALPHA), orientation
     if b"VP8 " in chunks:
         f = chunks[b"VP8 "]
