@@ -43,10 +43,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if os.path.exists(args.directory) and not os.path.isdir(args.directory):
-        raise ConfigError(f"{args.directory}: not a directory; give the cache_dir a loader used")
-    if not os.path.isdir(args.directory):
-        raise ConfigError(f"{args.directory}: no such directory (nothing cached there yet?)")
+    directory = os.path.expanduser(args.directory)  # (quoted: as a cache_dir reads it)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ConfigError(f"{directory}: not a directory; give the cache_dir a loader used")
+    if not os.path.isdir(directory):
+        raise ConfigError(f"{directory}: no such directory (nothing cached there yet?)")
     if args.prune_days is not None and not 0 <= args.prune_days < math.inf:
         # (NaN passed "< 0", and every entry was "unused for nan days": all removed)
         # (inf was refused as "must be a number >= 0 (got inf)", which it is: finite, said so)
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         # Before anything is removed: a --clear went through, then the report failed.
         check_output_path("--json", args.json)
-    cache = ObjectCache(args.directory)
+    cache = ObjectCache(directory)
     report: dict[str, Any] = {}
     if args.clear or args.prune_days is not None:
         unused = 0.0 if args.clear else args.prune_days * 86_400

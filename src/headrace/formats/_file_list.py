@@ -245,8 +245,7 @@ class FileList:
         assert self.cache is not None and self.cache_key is not None
         size, etag = self.sizes[i], self.etags[i]
         remote = RemoteFile(self.store, self.keys[i], self.name(i), ObjectInfo(size, etag), queue)
-        if etag is None or etag.startswith("W/"):  # not cached: the store's bytes
-            self.cache.cacheable(etag)  # counted
+        if not self.cache.cacheable(etag):  # counted, not cached: the store's bytes
             return [p for a, b in spans for p in remote.read_pieces(buf[a:b], a)], lambda: None
         cache = (self.cache, self.cache_key(i))
         if _from_whole(cache, size, etag, spans, buf):  # its blocks joined

@@ -67,6 +67,7 @@ from headrace.io._cache_files import (
     TRAILER,
     disk_bytes,
     hold,
+    is_entry,
     name_seed,
     remove_dead,
     remove_unused,
@@ -141,11 +142,23 @@ class ObjectCache:
     processes; counters are this process's."""
 
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int | None = None) -> None:
-        if max_bytes is not None and (
-            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
-        ):
-            raise ConfigError(f"cache_bytes must be an integer >= 0 or None (got {max_bytes!r}).")
-        self.directory = os.path.abspath(os.fspath(directory))
+        if max_bytes is not None:
+            if (
+                isinstance(max_bytes, bool)
+                or not isinstance(max_bytes, int | np.integer)
+                or max_bytes < 0
+            ):
+                raise ConfigError(
+                    f"cache_bytes must be an integer >= 0 or None (got {max_bytes!r})."
+                )
+            max_bytes = int(max_bytes)  # (np.int64 was refused, as no other count is)
+        if not os.fspath(directory):  # (abspath("") is the working directory: filled)
+            raise ConfigError(
+                "cache_dir='' names no directory; give the directory to keep the copies "
+                "in, or cache_dir=None for no cache."
+            )
+        # "~/..." as local paths read it (else a folder named "~" in the working directory).
+        self.directory = os.path.abspath(os.path.expanduser(os.fspath(directory)))
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
             raise ConfigError(f"cache_dir {self.directory}: exists and is not a directory.")
         self.max_bytes = max_bytes
@@ -201,10 +214,11 @@ class ObjectCache:
             return self._stopped is None and self.stats.full == 0
 
     def cacheable(self, etag: str | None) -> bool:
-        """Whether an object with this ETag can be cached: a strong one. ``None`` and a
-        weak tag (``W/"..."``: equivalent content, not the same bytes) are counted, not
-        cached."""
-        if etag is None or etag.startswith("W/"):
+        """Whether an object with this ETag can be cached: a strong one. ``None``, an
+        empty tag (``ETag: ""``: the same for every version, so a replaced object of the
+        same size was served its old bytes) and a weak tag (``W/"..."``: equivalent
+        content, not the same bytes) are counted, not cached."""
+        if not etag or etag.startswith("W/"):
             with self._lock:
                 self.stats.uncacheable += 1
             return False
@@ -599,7 +613,13 @@ class ObjectCache:
             return None
         if f.size != want + TRAILER.size:
             f.close()
-            self._remove_bad(path, f"{f.size - TRAILER.size} bytes, not {want}", f.identity)
+            what = (
+                f"{f.size - TRAILER.size} bytes, not {want}"
+                if f.size >= TRAILER.size  # (an empty one read "-16 bytes")
+                else f"{f.size} bytes, fewer than its {TRAILER.size}-byte checksum trailer "
+                f"(cut short; {want} bytes and the trailer expected)"
+            )
+            self._remove_bad(path, what, f.identity)
             self._miss()
             return None
         return f
@@ -797,18 +817,22 @@ class ObjectCache:
 
     def summary(self) -> dict[str, Any]:
         """What the directory holds now: entries and their bytes, writers' temporaries,
-        files and folders that are not the cache's (``other_files``), when an entry was
-        last read (by the filesystem's access times) or written, and the filesystem's
-        free space against the reserve."""
+        files and folders that are not the cache's (``other_files``; a file named as an
+        entry is the cache's only where it ends in an entry's trailer), when an entry
+        was last read (by the filesystem's access times) or written, and the
+        filesystem's free space against the reserve."""
         entries = size = tmps = others = 0
         oldest: float | None = None
         newest: float | None = None
-        for _, st, kind in scan(self.directory):
+        for path, st, kind in scan(self.directory):
             if st is None:
                 others += 1
                 continue
             if kind == "tmp":
                 tmps += 1
+                continue
+            if not is_entry(path, st.st_size, touch=False):  # no trailer: a git object
+                others += os.path.lexists(path)  # (not one removed meanwhile)
                 continue
             entries += 1
             size += disk_bytes(st)

@@ -64,6 +64,8 @@ STALE_TMP_S = 3600.0
 # A temporary whose lock is free is a dead writer's once it is this old: younger, its
 # writer may be between creating it and locking it.
 DEAD_TMP_S = 10.0
+# Reads that leave a file's access time, by which a prune tells it unused (Linux).
+_NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 def hold(fd: int) -> int | None:
@@ -196,7 +198,10 @@ def remove_unused(
             if _dead(path, st, now):
                 unlink(path)
             continue
-        if now - max(st.st_atime, st.st_mtime) < unused_s or not is_entry(path, st.st_size):
+        # 0 (a clear): every entry, those whose times are ahead of the clock too (an NFS
+        # server's clock ahead of this machine's, a clock set back since), which were kept.
+        used = max(st.st_atime, st.st_mtime)
+        if (unused_s > 0 and now - used < unused_s) or not is_entry(path, st.st_size):
             continue
         try:
             os.unlink(path)
@@ -218,13 +223,23 @@ def disk_bytes(st: os.stat_result) -> int:
     return max(st.st_blocks * 512, st.st_size)
 
 
-def is_entry(path: str, size: int) -> bool:
+def is_entry(path: str, size: int, touch: bool = True) -> bool:
     """Whether the file ends in an entry's trailer for its size (read before a file
-    named like an entry is removed: a git object store has the same names)."""
+    named like an entry is removed: a git object store has the same names). Read
+    without marking it used (``O_NOATIME``: a summary before a prune had marked every
+    entry used); ``touch=False``: where that is not allowed (another user's file), not
+    read, and taken to be an entry."""
     if size < TRAILER.size:
         return size == 0  # a crash's empty entry (written, never flushed): ours too
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOATIME)
+    except PermissionError:  # O_NOATIME: the file's owner only
+        if not touch:
+            return True
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
     except OSError:
         return False
     try:

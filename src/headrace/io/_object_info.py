@@ -15,6 +15,8 @@ import operator
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from headrace.errors import ConfigError, ReadEOFError, StorageError, TransientStorageError
 
 __all__ = [
@@ -84,20 +86,27 @@ def drop_folder_markers(
     return [(k, i) for k, i in listed if i.size or not folder(k)]
 
 
-def check_range(offset: int, length: int) -> None:
-    if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
+def check_range(offset: int, length: int) -> tuple[int, int]:
+    """``(offset, length)`` as Python ints, refused unless two integers >= 0: Python's or
+    NumPy's (offsets from an index array were refused), not a bool (``True`` read from
+    byte 1). Python's: an ``np.uint64`` offset plus an ``np.int64`` length is a float."""
+    if not (_count(offset) and _count(length)) or offset < 0 or length < 0:
         raise ConfigError(
             f"A byte range needs integer offset >= 0 and length >= 0 "
             f"(got offset={offset!r}, length={length!r})."
         )
+    return int(offset), int(length)
+
+
+def _count(x: object) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 def normalize(request: Request) -> tuple[str, int, int] | str:
     if isinstance(request, str):
         return request
     if isinstance(request, tuple) and len(request) == 3 and isinstance(request[0], str):
-        check_range(request[1], request[2])
-        return request
+        return (request[0], *check_range(request[1], request[2]))
     raise ConfigError(f"A request is a key or a (key, offset, length) tuple (got {request!r}).")
 
 

@@ -296,6 +296,11 @@ def cut_points(
             name = high[:depth] + c
             if stop is not None and base + name >= stop:
                 return points
+            if name.rpartition("/")[2] in (".", ".."):
+                # Not a name obstore can start a listing after ("Could not parse path"):
+                # Kinetics' "-0999.mp4" (a YouTube id) was cut at ".", and its listing
+                # failed. The cut before it covers its keys.
+                continue
             value = at[depth] + rank[c] * radix ** (width - 1 - depth)
             if (value - previous) * (len(paths) - 1) >= each:
                 points.append(base + name)

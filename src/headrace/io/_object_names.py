@@ -61,10 +61,13 @@ def refuse_dot_segment(url: str, path: str) -> None:
     dots = [seg for seg in path.split("/") if seg in (".", "..")]
     if dots:
         head = url[: len(url) - len(path)]
+        # Resolved from the bucket's root: a '..' past it is dropped there ("../x" read
+        # "If you meant 's3://b/../x'", and "d/.." "'s3://b/.'": refused again).
+        meant = posixpath.normpath("/" + path).lstrip("/")
         raise ConfigError(
             f"{url}: has a {dots[0]!r} path segment; an object store's keys are names, not "
             "paths, so nothing resolves it, and obstore cannot name a key holding one. If "
-            f"you meant {head + posixpath.normpath(path).lstrip('/')!r}, write that"
+            f"you meant {head + meant!r}, write that"
         )
 
 
@@ -82,7 +85,8 @@ def unlistable(where: str, exc: Exception) -> StorageError:
     all; the message names the key, what is wrong with it and how to get past it.
     """
     text = str(exc)
-    found = re.search(r'Path "(.*?)"', text)
+    # To the '"' obstore's words go on from: a key with a '"' in it was named up to it.
+    found = re.search(r'Path "(.*?)"(?= contained |: )', text) or re.search(r'Path "(.*?)"', text)
     key = repr(found.group(1)) if found else "a key"
     sequence = re.search(r'illegal character sequence "(.*?)"', text)
     if "empty path segment" in text:

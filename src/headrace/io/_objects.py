@@ -304,7 +304,7 @@ class ObjectStore(Closing):
         no byte to start a range at (S3 answers 416), so it costs a second,
         whole-object GET.
         """
-        check_range(0, length)
+        _, length = check_range(0, length)
         if length == 0:
             raise ConfigError(f"{self.where(key)}: get_first needs a length >= 1 (got 0).")
         store = self._live(key)
@@ -337,7 +337,7 @@ class ObjectStore(Closing):
 
     def get_range(self, key: str, offset: int, length: int) -> memoryview:
         """``length`` bytes at ``offset``; :class:`ReadEOFError` if the object ends first."""
-        check_range(offset, length)
+        offset, length = check_range(offset, length)
         store = self._live(key)
         if length == 0:
             return memoryview(b"")
@@ -366,8 +366,7 @@ class ObjectStore(Closing):
         and runs up to 10 requests at once; on a remote store this turns dense
         small ranges into a few large GETs.
         """
-        for offset, length in ranges:
-            check_range(offset, length)
+        ranges = [check_range(offset, length) for offset, length in ranges]
         store = self._live(key)
         wanted = [(o, n) for o, n in ranges if n > 0]
         if not wanted:
@@ -408,8 +407,7 @@ class ObjectStore(Closing):
         read before. ``out`` is only written with a complete, checked body.
         """
         dest = np.frombuffer(out, dtype=np.uint8)  # raises unless ``out`` is a flat buffer
-        length = dest.size
-        check_range(offset, length)
+        offset, length = check_range(offset, dest.size)
         if length == 0:
             return
         if dest.flags.writeable is False:
