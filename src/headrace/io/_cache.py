@@ -53,7 +53,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -213,7 +213,7 @@ class ObjectCache:
         with self._lock:
             return self._stopped is None and self.stats.full == 0
 
-    def cacheable(self, etag: str | None) -> bool:
+    def cacheable(self, etag: str | None) -> TypeGuard[str]:
         """Whether an object with this ETag can be cached: a strong one. ``None``, an
         empty tag (``ETag: ""``: the same for every version, so a replaced object of the
         same size was served its old bytes) and a weak tag (``W/"..."``: equivalent
