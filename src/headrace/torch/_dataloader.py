@@ -15,7 +15,6 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
-import torch
 
 from headrace._closing import Closing
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
@@ -24,9 +23,9 @@ from headrace.pipeline import Batch
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
 from headrace.torch._dataset import TorchDataset
-from headrace.torch._fork_server import PRELOAD
+from headrace.torch._fork_server import preload
 from headrace.torch._ragged import RaggedTensorBatch
-from headrace.torch._tensors import TensorBatch, pinnable, tensorable, to_tensors
+from headrace.torch._tensors import TensorBatch, from_numpy, pinnable, tensorable, to_tensors
 from headrace.torch._wrappers import lightning_prefetched
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
@@ -64,8 +63,7 @@ def _start_fork_server(ctx: BaseContext) -> None:
     against 2.0-2.7 s). Modules the user asked the server to preload stay asked for.
     """
     if ctx.get_start_method() == "forkserver":
-        asked = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
-        ctx.set_forkserver_preload(asked + [m for m in PRELOAD if m not in asked])
+        preload()
         forkserver.ensure_running()
 
 
@@ -362,8 +360,8 @@ class HeadraceDataLoader(Closing):
             # Field by field: contiguous fields lie apart in the slot, and pinned as one
             # base they would take the other batches' rows between them along (pack
             # shares up to twice the fields' bytes).
-            return {k: torch.from_numpy(a).pin_memory() for k, a in batch.items()}
-        return {k: torch.from_numpy(a) for k, a in batch.items()}
+            return {k: from_numpy(a).pin_memory() for k, a in batch.items()}
+        return {k: from_numpy(a) for k, a in batch.items()}
 
     def _check_current(self, generation: tuple[int, int], failed: Exception | None = None) -> None:
         # Checked when the consumer asks for the next batch: a stale iterator would

@@ -13,7 +13,7 @@ requires).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -91,7 +91,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         chunk_steps: int = DEFAULT_CHUNK_STEPS,
         host_order: Literal["plan", "address"] = "plan",
         transform: Transform | None = None,
-        ragged: Collection[str] = (),
+        ragged: Iterable[str] | None = (),
         epochs: int | None = None,
         stall_warn_s: float | None = DEFAULT_STALL_WARN_S,
     ) -> None:
@@ -122,7 +122,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self.steps = check.steps  # an exact pass's end, with epochs
         self.epochs = check.epochs
         self.stall_warn_s = check.stall_warn_s
-        self.pin_memory = bool(pin_memory) and pinnable("TorchDataset")
+        # Refused in DataLoader workers as asked, on a machine that pins or not: a script
+        # run on a laptop (warned: nothing pinned) failed on the GPU host.
+        self._pin_asked = bool(pin_memory)
+        self.pin_memory = self._pin_asked and pinnable("TorchDataset")
         self.contiguous = contiguous
         self.prefetch = prefetch
         self.chunk_steps = chunk_steps
@@ -177,7 +180,12 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         """
         if self._loader is None:
             return {**self.state_at(self._start), "phase": self._phase}
-        return {**self._loader.state_dict(), "phase": self._phase}
+        loader = self._loader
+        # An iteration of every step (in the main process) shares out none: its phase is
+        # its step, or workers resumed from it share out the steps from where it began
+        # (with 2 of them, worker 0's first step came after worker 1's: 6, 5, 8, 7, ...).
+        phase = self._phase if loader.step_stride > 1 else loader.step
+        return {**loader.state_dict(), "phase": phase}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step (saved with
@@ -194,7 +202,11 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         phase = state.get("phase", st.step)
         if isinstance(phase, bool) or not isinstance(phase, int | np.integer) or phase < 0:
             raise StateError(f"loader state has phase {phase!r}; expected an integer >= 0")
-        phase = int(phase)
+        # Only a DataLoader worker's copy shares out the steps by phase (torchdata restores
+        # each worker's own state there); the main process's next iteration starts at the
+        # step, whose workers share out the steps from it. (States saved iterating in the
+        # main process named the phase that iteration began at.)
+        phase = int(phase) if get_worker_info() is not None else st.step
         self._arrive()  # first: a copy that has just come (whatever a loader sets up first)
         self._start, self._phase, self.seed = st.step, phase, st.seed
         self.origin = st.origin_for(self.batch_size)
@@ -302,7 +314,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         refuse_auto_collation(self)
         if get_worker_info() is not None:
             refuse_out_of_order(self)  # (a forked worker: spawned ones were checked below)
-        if self.pin_memory and get_worker_info() is not None:
+        if self._pin_asked and get_worker_info() is not None:
             raise ConfigError(
                 "TorchDataset(pin_memory=True) pins in the iterating process, and pinned "
                 "pages do not survive a DataLoader worker queue; use "

@@ -13,15 +13,23 @@ from __future__ import annotations
 
 from multiprocessing import context, forkserver, popen_forkserver
 
-__all__ = ["PRELOAD", "preload_if_forking"]
+__all__ = ["PRELOAD", "preload", "preload_if_forking"]
 
 #: The fork server's preloads, as HeadraceDataLoader starts it.
 PRELOAD = ["__main__", "torch", "headrace._shm_ring", "headrace.formats"]
 
 
+def preload() -> None:
+    """Ask the fork server to preload :data:`PRELOAD` as well as the modules already
+    asked for (the user's ``set_forkserver_preload``, kept: a stock DataLoader's worker
+    start replaced them); it takes effect when the server starts: a running one is used
+    as it is."""
+    asked = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+    forkserver.set_forkserver_preload(asked + [m for m in PRELOAD if m not in asked])
+
+
 def preload_if_forking() -> None:
     """Where this pickling is a fork server's process start, the server preloads
-    :data:`PRELOAD` (it takes effect when the server starts: a running one is used as
-    it is, as HeadraceDataLoader's own start does)."""
+    :data:`PRELOAD` too (:func:`preload`)."""
     if isinstance(context.get_spawning_popen(), popen_forkserver.Popen):
-        forkserver.set_forkserver_preload(PRELOAD)
+        preload()

@@ -12,7 +12,7 @@ never meets a field that is a tensor in one step and a list in the next.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -22,29 +22,43 @@ from numpy.typing import NDArray
 from headrace._messages import object_field
 from headrace.errors import ConfigError, DataError
 from headrace.pipeline import Batch
-from headrace.torch._tensors import TensorBatch, to_tensors
+from headrace.torch._tensors import (
+    TensorBatch,
+    _plain_strides,
+    from_numpy,
+    takeable,
+    to_tensors,
+    torch_has,
+)
 
 __all__ = ["RaggedTensorBatch", "check_ragged", "ragged_tensors"]
 
 RaggedTensorBatch = dict[str, torch.Tensor | list[torch.Tensor]]
 
 
-def check_ragged(ragged: Collection[str]) -> tuple[str, ...]:
-    """``ragged`` as the field names it gives, in order, once each (refused: a bare
-    string, whose letters would be taken for names, and ``<key>_shape`` fields)."""
-    if isinstance(ragged, str | bytes) or not all(isinstance(k, str) for k in ragged):
+def check_ragged(ragged: Iterable[str] | None) -> tuple[str, ...]:
+    """``ragged`` as the field names it gives, in order, once each (``None``: none;
+    refused: a bare string, whose letters would be taken for names, and ``<key>_shape``
+    fields). Read once: a generator of names gives them all."""
+    if ragged is None:
+        return ()
+    try:
+        names = None if isinstance(ragged, str | bytes) else list(ragged)
+    except TypeError:  # not iterable (a number)
+        names = None
+    if names is None or not all(isinstance(k, str) for k in names):
         raise ConfigError(
             f"ragged takes the names of the fields to give as lists of per-sample tensors "
             f"(got {ragged!r}); pass a tuple, e.g. ragged=('image', 'boxes')"
         )
-    shapes = [k for k in ragged if k.endswith("_shape")]
+    shapes = [k for k in names if k.endswith("_shape")]
     if shapes:
         raise ConfigError(
             f"ragged names {shapes}: a field's <key>_shape is a tensor (B, ndim) beside its "
             f"list; name the field itself "
             f"(ragged={tuple(k.removesuffix('_shape') for k in shapes)})"
         )
-    return tuple(dict.fromkeys(ragged))
+    return tuple(dict.fromkeys(names))
 
 
 def ragged_tensors(
@@ -119,17 +133,19 @@ def _samples(
                 f"{object_field(name, a)}, which make no tensor, in a list or not: turn "
                 "them into numbers with a transform, or leave the field out of the batch"
             )
-        if e.dtype.kind not in "biufc":
+        if not torch_has(e.dtype):
             raise DataError(
                 f"field {name!r}: sample {i} of the batch has dtype {e.dtype}, which torch "
-                "has no tensor type for: turn it into numbers with a transform, or leave "
-                "the field out of the batch"
+                "has no tensor type for: turn it into numbers with a transform "
+                "(extended precision: a.astype('float64')), or leave the field out of the "
+                "batch"
             )
         if not e.dtype.isnative:
             e = e.astype(e.dtype.newbyteorder("="))
-        elif contiguous or not e.flags.writeable or any(s < 0 for s in e.strides):
-            # torch must not write memory it borrowed read-only, and has no negative strides.
+        elif contiguous or not e.flags.writeable or not _plain_strides(e.strides, e.itemsize):
+            # torch must not write memory it borrowed read-only, and has no negative strides
+            # nor partial-element ones (a member of a structured array: 6 bytes for an int32).
             e = np.array(e, order="C", copy=not (e.flags.writeable and e.flags.c_contiguous))
-        t = torch.from_numpy(e)
+        t = from_numpy(takeable(e))
         out.append(t.pin_memory() if pin_memory else t)
     return out

@@ -10,9 +10,11 @@ Pinned, they are one pinned storage, not two.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from headrace._messages import object_field
 from headrace._pack import Packed, pack
@@ -20,7 +22,16 @@ from headrace._warn import warn_user
 from headrace.errors import DataError
 from headrace.pipeline import Batch
 
-__all__ = ["TensorBatch", "pinnable", "tensorable", "tensors_of", "to_tensors"]
+__all__ = [
+    "TensorBatch",
+    "from_numpy",
+    "pinnable",
+    "takeable",
+    "tensorable",
+    "tensors_of",
+    "to_tensors",
+    "torch_has",
+]
 
 TensorBatch = dict[str, torch.Tensor]
 
@@ -42,7 +53,7 @@ def pinnable(who: str) -> bool:
 def tensors_of(packed: Packed, *, pin_memory: bool = False) -> TensorBatch:
     """The fields of :func:`pack` as tensors: one storage per base (``torch.from_numpy``)."""
     bases, fields = packed
-    ts = [torch.from_numpy(b) for b in bases]
+    ts = [from_numpy(b) for b in bases]
     if pin_memory:
         ts = [t.pin_memory() for t in ts]
     return {
@@ -64,25 +75,25 @@ def to_tensors(
     copied either way.
     """
     batch = tensorable(batch)
-    if contiguous:
-        batch = {k: np.ascontiguousarray(a) for k, a in batch.items()}
+    if contiguous:  # (np.ascontiguousarray gives a 0-d field a dimension: shape (1,))
+        batch = {k: np.asarray(a, order="C") for k, a in batch.items()}
     if not (share or pin_memory):
         out = {}
         for k, a in batch.items():
             if not (a.flags.writeable and _plain_strides(a.strides, a.itemsize)):
                 break
-            out[k] = torch.from_numpy(a)
+            out[k] = from_numpy(a)
         else:  # every field shared as it is: the common case, ~2.5 us for x and y
             return out
     return tensors_of(pack(batch), pin_memory=pin_memory)
 
 
 def tensorable(batch: Batch) -> Batch:
-    """``batch`` as torch can take it: fields of another byte order (big-endian NPY
-    arrays, read as stored) converted to this machine's, which torch.from_numpy
-    refuses; fields torch has no tensor for refused by name (a ragged field, samples
-    of several shapes as an object array, or a structured NPY array would fail in
-    torch with no hint of which)."""
+    """``batch`` as torch can take it (:func:`takeable`: fields of another byte order, such
+    as big-endian NPY arrays read as stored, converted to this machine's, which
+    torch.from_numpy refuses); fields torch has no tensor for refused by name (a ragged
+    field, samples of several shapes as an object array, or a structured or float128
+    NPY array would fail in torch with no hint of which)."""
     out = batch
     for k, a in batch.items():
         if a.dtype == object:
@@ -95,18 +106,85 @@ def tensorable(batch: Batch) -> Batch:
                 "take one with FileSource(..., image_mode='RGB'); strings: turn them into "
                 "numbers with a transform, or leave them out of the batch"
             )
-        if a.dtype.kind not in "biufc":
+        if not torch_has(a.dtype):
             raise DataError(
                 f"field {k!r} has dtype {a.dtype}, which torch has no tensor type for "
-                "(structured, datetime, string and void arrays): turn it into numbers with "
-                "a transform (e.g. one field per struct member, datetimes as int64 with "
-                "a.view('int64')) or leave it out of the batch"
+                "(structured, datetime, string and void arrays, and extended precision: "
+                "float128, complex256): turn it into numbers with a transform (e.g. one "
+                "field per struct member, datetimes as int64 with a.view('int64'), "
+                "a.astype('float64')) or leave it out of the batch"
             )
-        if not a.dtype.isnative:
+        taken = takeable(a)
+        if taken is not a:
             if out is batch:
                 out = dict(batch)
-            out[k] = a.astype(a.dtype.newbyteorder("="))
+            out[k] = taken
     return out
+
+
+#: The floating types torch.from_numpy takes (every sized integer and bool too).
+_FLOATS = (np.float16, np.float32, np.float64, np.complex64, np.complex128)
+
+#: The type codes of NumPy's own dtypes for those (``np.uint64``'s, not ``ulonglong``'s):
+#: an array of one of them, in this machine's byte order, goes to torch as it is.
+_TAKEN = "".join(np.dtype(t).char for t in (*_FLOATS, np.bool_)) + "".join(
+    np.dtype(f"{kind}{size}").char for kind in "iu" for size in (1, 2, 4, 8)
+)
+
+
+def torch_has(dtype: np.dtype[Any]) -> bool:
+    """Whether torch has a tensor type for ``dtype``: not for NumPy's extended precision
+    (``longdouble``, ``clongdouble``), which ``torch.from_numpy`` refused naming no field;
+    for ml_dtypes' numbers that torch has (bfloat16, float8: :func:`from_numpy`)."""
+    return (
+        dtype.char in _TAKEN
+        or dtype.kind in "biu"
+        or dtype.type in _FLOATS
+        or _ml_float(dtype) is not None
+    )
+
+
+def takeable(a: NDArray[Any]) -> NDArray[Any]:
+    """``a`` as ``torch.from_numpy`` takes it (``a`` itself where it does): another byte
+    order (big-endian NPY arrays, read as stored) converted to this machine's, and a
+    sized integer of another type code than NumPy's own for its size (``ulonglong``,
+    which torch refuses, is ``uint64`` by another code) viewed as that one."""
+    if a.dtype.isnative and a.dtype.char in _TAKEN:
+        return a  # (the common case, in a few hundred nanoseconds)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    if a.dtype.kind in "biu":
+        sized = _sized(a.dtype)
+        if a.dtype.char != sized.char:
+            a = a.view(sized)
+    return a
+
+
+def from_numpy(a: NDArray[Any]) -> torch.Tensor:
+    """``torch.from_numpy(a)`` (shared, no copy), for ml_dtypes' numbers too: NumPy knows
+    them as void or float arrays of its own, torch.from_numpy not at all, so their bytes
+    go as unsigned integers of their size, viewed as torch's type of the same name."""
+    ml = None if a.dtype.char in _TAKEN else _ml_float(a.dtype)
+    if ml is None:
+        return torch.from_numpy(a)
+    return torch.from_numpy(a.view(f"u{a.itemsize}")).view(ml)
+
+
+@lru_cache(maxsize=64)
+def _sized(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(f"{dtype.kind}{dtype.itemsize}")
+
+
+@lru_cache(maxsize=64)
+def _ml_float(dtype: np.dtype[Any]) -> torch.dtype | None:
+    """torch's type for an ml_dtypes number (``bfloat16``, ``float8_e4m3fn``, ...): a
+    floating type of the same name and size; ``None`` for every other dtype."""
+    if dtype.kind not in "fV" or dtype.type in _FLOATS or dtype.fields or dtype.subdtype:
+        return None
+    found = getattr(torch, dtype.name, None)
+    if isinstance(found, torch.dtype) and found.is_floating_point:
+        return found if found.itemsize == dtype.itemsize else None
+    return None
 
 
 @lru_cache(maxsize=256)
