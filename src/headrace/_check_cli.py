@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 from typing import Any
 
-from headrace._messages import write_json
+from headrace._messages import said, write_json
 from headrace._output_path import check_output_path, refuse_output_over_input
 from headrace.errors import ConfigError, HeadraceError
 
@@ -106,7 +107,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="token dtype: uint16, uint32 or int32 (tokens; default: a Megatron .idx's, "
         "the FILE.json sidecar's, or uint16 for nanoGPT's train.bin and val.bin)",
     )
-    p.add_argument("--context", type=int, default=1024, help="tokens a window (tokens)")
+    p.add_argument("--context", type=int, help="tokens a window (tokens; default 1024)")
     p.add_argument(
         "--vocab-size", type=int, help="refuse token ids >= this (tokens; table: list columns)"
     )
@@ -133,7 +134,11 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="I/K",
         help="check steps I, I+K, ... only: K machines check together (default 0/1: all)",
     )
-    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the report as JSON (- for stdout; the summary then goes to stderr)",
+    )
 
 
 def _source(args: argparse.Namespace) -> Any:
@@ -159,6 +164,12 @@ def _source(args: argparse.Namespace) -> Any:
         raise ConfigError("--labels is for file formats (a class folder a file)")
     if args.split is not None and args.format != "mds":
         raise ConfigError("--split is for --format mds (Streaming's split folders)")
+    if args.context is not None and args.format != "tokens":
+        # (it was dropped: a file dataset's, a table's or MDS's samples are no windows)
+        raise ConfigError(
+            f"--context is for --format tokens (the tokens of a window); --format "
+            f"{args.format}'s samples are its own: drop it"
+        )
     if args.format == "table":
         return _table(args, options)
     if args.format == "mds":
@@ -166,13 +177,22 @@ def _source(args: argparse.Namespace) -> Any:
     if table_flags:
         raise ConfigError(f"{table_flags[0]} is for --format table (a table's columns)")
     if args.format == "tokens":
+        for flag, value in (
+            ("--samples-per-file", args.samples_per_file),
+            ("--datasets", args.datasets),
+        ):
+            if value is not None:  # (it was dropped)
+                raise ConfigError(
+                    f"{flag} is for file formats; a token file's samples are its windows of "
+                    "--context tokens"
+                )
         extra: dict[str, Any] = {"dtype": args.dtype} if args.dtype else {}
         if args.vocab_size is not None:
             extra["vocab_size"] = args.vocab_size
         # Folders and globs (a quoted one; the shell expands the others) are TokenSource's.
         return TokenSource(
             args.data[0] if len(args.data) == 1 else args.data,
-            context=args.context,
+            context=1024 if args.context is None else args.context,
             store_options=options,
             **extra,
         )
@@ -322,7 +342,12 @@ def run(args: argparse.Namespace) -> int:
     if not (slash and i.isdigit() and k.isdigit()):
         raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")
     _check_ranges(args, int(i), int(k))
-    if args.json:
+    if args.json == "":  # `--json "$OUT"`, OUT unset: it checked and wrote no report
+        raise ConfigError(
+            "--json '' is empty (an unset shell variable?): give the report's path, or "
+            "leave --json out"
+        )
+    if args.json and args.json != "-":
         # Before the check, which can take hours: it wrote nothing, and exited 2, after.
         check_output_path("--json", args.json)
         from headrace.formats import file_format
@@ -342,6 +367,7 @@ def run(args: argparse.Namespace) -> int:
         source = _source(args)
     except HeadraceError as exc:
         _name_the_flag(exc)
+        _tell_stopped(args, exc)
         raise
     # No read is larger than the dataset: a --batch-size of 10**11 on 3 samples allocated
     # 745 GiB of sample numbers (a MemoryError traceback, exit 1), one of 2**70 was refused
@@ -362,6 +388,7 @@ def run(args: argparse.Namespace) -> int:
         columns = _column_classes(source) if args.format == "table" else {}
     except HeadraceError as exc:  # one that stops the check (a setting), not a sample's
         _name_the_flag(exc)
+        _tell_stopped(args, exc)
         raise
     except (KeyboardInterrupt, SystemExit) as exc:
         found = getattr(exc, "report", None)
@@ -429,16 +456,17 @@ def _tell(
     """Print the report (and write its JSON with ``--json``); ``columns``: samples of
     each class of a table's class-label columns (:func:`_column_classes`)."""
     label = " ".join(args.data)
-    print(f"{label}: {report}", flush=True)
+    out = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
+    print(f"{label}: {report}", file=out, flush=True)
     files = args.format not in ("tokens", "table", "mds")
     skipped = source.files.skipped() if files else ""
     if skipped:
-        print(f"{label}: {skipped}")
+        print(f"{label}: {skipped}", file=out)
     classes = _class_samples(source) if files else None
     if classes is not None:
-        print(f"{label}: {_per_class(classes)}")
+        print(f"{label}: {_per_class(classes)}", file=out)
     for column, counts in (columns or {}).items():
-        print(f"{label}: column {column!r}: {_per_class(counts)}")
+        print(f"{label}: column {column!r}: {_per_class(counts)}", file=out)
     if args.json:
         data = {
             "data": args.data[0] if len(args.data) == 1 else args.data,
@@ -457,7 +485,51 @@ def _tell(
                 for p in report.problems
             ],
         }
-        write_json(args.json, data)
+        _write_json(args.json, data)
+
+
+def _tell_stopped(args: argparse.Namespace, exc: HeadraceError) -> None:
+    """With ``--json``, write a report of the check ``exc`` stopped: damage found as the
+    dataset was opened (a token file cut mid-token, a Parquet footer), a listing that
+    failed. It exited 2 with the message on stderr alone, and the report a script reads
+    was not written (or was a stale one). A command line refused (a ``ConfigError``)
+    writes none: it is no finding about the data."""
+    if not args.json or isinstance(exc, ConfigError):
+        return
+    source = {"tokens": "TokenSource", "table": "TableSource", "mds": "MDSSource"}
+    data = {
+        "data": args.data[0] if len(args.data) == 1 else args.data,
+        "shard": args.shard,
+        "samples": 0,
+        "complete": False,
+        "interrupted": False,
+        "seconds": 0.0,
+        "hidden_skipped": 0,
+        "special_skipped": 0,
+        "shapes": {},
+        "problems": [
+            {
+                "source": source.get(args.format, "FileSource"),
+                "sample": None,  # none read: the dataset, not a sample, failed
+                "error": type(exc).__name__,
+                "message": "; ".join([said(exc), *getattr(exc, "__notes__", [])]),
+            }
+        ],
+    }
+    try:
+        _write_json(args.json, data)
+    except HeadraceError as lost:  # said after the error that stopped the check
+        exc.add_note(str(lost))
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    """The ``--json`` report: to ``path``, or to stdout for ``-`` (a file named ``-`` was
+    written, and `check DATA --json - | jq` read the summary lines)."""
+    if path != "-":
+        write_json(path, data)
+        return
+    json.dump(data, sys.stdout, indent=2)
+    print(flush=True)
 
 
 def _class_samples(source: Any) -> dict[str, int] | None:

@@ -401,6 +401,64 @@ def _refuse_run_flags(args: argparse.Namespace) -> None:
     )
 
 
+#: The flags that take a text value, by their dests: each is tested as ``if args.x``.
+_TEXT_FLAGS = ("root", "json", "plot", "dlio", "sweep", "storage_url", "endpoint")
+
+
+def _refuse_empty(args: argparse.Namespace) -> None:
+    """Refuse a flag given an empty value (``--root "$DATA"``, DATA unset): it read as the
+    flag left out, so the datasets went to the default root, ``--json ""`` ran and wrote
+    no report (exit 0), and ``--dlio ""`` ran the tokens workload."""
+    for dest in _TEXT_FLAGS:
+        if getattr(args, dest, None) == "":
+            flag = "--" + dest.replace("_", "-")
+            default = f" (default: {default_root()})" if dest == "root" else ""
+            raise ConfigError(
+                f"{flag} '' is empty (an unset shell variable?): give a value, or leave "
+                f"{flag} out{default}"
+            )
+
+
+#: The flags that change the workloads a run reads (:func:`override`), by their dests.
+_WORKLOAD_FLAGS = (
+    "variants",
+    "sweep",
+    "steps",
+    "trials",
+    "warmup",
+    "batch_size",
+    "files",
+    "token_file_gib",
+    "storage",
+    "storage_url",
+    "endpoint",
+    "latency_ms",
+    "open_latency_ms",
+    "max_concurrent",
+)
+
+
+def _refuse_changes_unlisted(args: argparse.Namespace) -> None:
+    """Refuse, for ``--list`` without ``-w`` or ``--dlio``, the flags that change a
+    workload: it lists the built-in ones as they ship, and `bench --list --variants nope`
+    printed them all with their own variants, exit 0: the flag was dropped."""
+    given = [
+        "--" + dest.replace("_", "-")
+        for dest in _WORKLOAD_FLAGS
+        if getattr(args, dest, None) is not None
+    ]
+    if not given:
+        return
+    one = len(given) == 1
+    named = given[0] if one else f"{', '.join(given[:-1])} and {given[-1]}"
+    raise ConfigError(
+        f"--list without -w lists the built-in workloads as they ship; {named} "
+        f"{'changes' if one else 'change'} the workloads a run reads: add -w NAME to list "
+        "one as the run would read it (a run without -w reads tokens: headrace bench "
+        f"--list -w tokens ...), or drop {'it' if one else 'them'}"
+    )
+
+
 def check(args: argparse.Namespace) -> list[Kind]:
     """What :func:`run` refuses before it reads a dataset or writes anything (it reads
     the workload and DLIO files named); the kinds of the workloads to run or list.
@@ -408,6 +466,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     Also :func:`headrace.cli.check`'s for ``headrace bench``: no dataset, output
     path or endpoint is touched, so a command line is checked anywhere.
     """
+    _refuse_empty(args)
     if args.action:
         if _is_compare(args.action):
             _refuse_run_flags(args)
@@ -443,7 +502,10 @@ def check(args: argparse.Namespace) -> list[Kind]:
                     f"{flag} writes a run's report; --list runs nothing, so {value} would "
                     f"not be written: drop --list to run, or drop {flag} to list"
                 )
-        return [make_kind(wl, root) for wl in workloads(args)] if args.workload or args.dlio else []
+        if args.workload or args.dlio:
+            return [make_kind(wl, root) for wl in workloads(args)]
+        _refuse_changes_unlisted(args)
+        return []
     kinds = [make_kind(wl, root) for wl in workloads(args)]
     for kind in kinds:
         with naming(kind.workload):

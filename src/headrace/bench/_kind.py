@@ -327,29 +327,36 @@ class Kind:
                 f"'headrace[{','.join(dict.fromkeys(e for _, e in missing))}]'"
             )
         owner = f"the {workload.kind} kind"
-        trail: list[tuple[str, str, Any]] = []
+        trail: list[tuple[Section, str, Any]] = []
         ds, rd = (
             Section(
                 getattr(workload, name),
                 where=(name == "reader" and reader_where) or f"{workload.where} [{name}]",
                 owner=owner,
                 trail=trail,
+                flags=workload.flags.get(name),
             )
             for name in ("dataset", "reader")
         )
         try:
             kind = cls(dataclasses.replace(workload, dataset=ds, reader=rd), root)
-        except ConfigError:
-            raise  # a ValueError too, but already says which setting and why
+        except ConfigError as exc:
+            # A ValueError too, but already says which setting and why; where the kind's
+            # own check met a value a flag gave (--token-file-gib 1e-9: "token file of 0
+            # tokens is too small"), it named the workload's file, not the flag typed.
+            flagged = _flagged(trail, str(exc))
+            if flagged is None:
+                raise
+            raise ConfigError(f"{flagged}: {exc}") from exc
         except (TypeError, ValueError) as exc:
             # A value of the wrong type (dtype = "float77", files = "x"), met by the kind's
             # int()/float()/np.dtype() as it reads its settings: name the setting, not the
             # conversion (a bare "invalid literal for int()", or a traceback for a TypeError).
             if not trail:
                 raise
-            where, key, value = trail[-1]
+            section, key, value = trail[-1]
             raise ConfigError(
-                f"{where}: {key} = {value!r} cannot be used: {exc} (check its type and range)"
+                f"{section.named(key, value)} cannot be used: {exc} (check its type and range)"
             ) from exc
         ds.check_read()
         rd.check_read()
@@ -601,6 +608,19 @@ class Kind:
         if loader.prefetch > 0:
             self.reading_ahead.add(spec.text)
         return loader
+
+
+def _flagged(trail: Sequence[tuple[Section, str, Any]], message: str) -> str | None:
+    """The flag and value (``--files 64``) of the setting a kind read last, where a flag
+    gave it and ``message`` names no flag already; else None."""
+    if not trail:
+        return None
+    section, key, value = trail[-1]
+    if key not in section.flags or any(
+        flag in message for s, _, _ in trail for flag in s.flags.values()
+    ):
+        return None
+    return section.named(key, value)
 
 
 def filled(stats: CacheStats | None) -> dict[str, Any]:

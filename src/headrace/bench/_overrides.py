@@ -20,16 +20,31 @@ __all__ = ["S3_KINDS", "dlio_from_args", "override", "storage_options", "workloa
 S3_KINDS = ("files", "tokens", "megatron", "parquet", "table-images")
 
 
+#: The ``[train]`` key each flag sets: (key, attribute, flag).
+_TRAIN = (
+    ("steps", "steps", "--steps"),
+    ("trials", "trials", "--trials"),
+    ("warmup_steps", "warmup", "--warmup"),
+    ("batch_size", "batch_size", "--batch-size"),
+)
+
+#: The flag of each ``[dataset]`` and ``[reader]`` key a flag of the same name sets.
+_FLAGS = {
+    "files": "--files",
+    "token_file_gib": "--token-file-gib",
+    "storage": "--storage",
+    "storage_url": "--storage-url",
+    "endpoint": "--endpoint",
+    "latency_ms": "--latency-ms",
+    "max_concurrent": "--max-concurrent",
+}
+
+
 def override(wl: Workload, args: argparse.Namespace) -> Workload:
     """``wl`` as the command line changes it: ``[train]`` from --steps, --trials, --warmup
     and --batch-size, ``[dataset]`` sizes, the S3 flags, --variants, then --sweep."""
     train: dict[str, Any] = {}
-    for key, attr in (
-        ("steps", "steps"),
-        ("trials", "trials"),
-        ("warmup_steps", "warmup"),
-        ("batch_size", "batch_size"),
-    ):
+    for key, attr, _ in _TRAIN:
         v = getattr(args, attr, None)
         if v is not None:
             train[key] = v
@@ -79,7 +94,28 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
                 f"e.g. --variants {','.join(wl.variants[:2])} (bench --list shows them)"
             )
         changes["variants"] = given
-    wl = wl.replace(**changes) if changes else wl
+    flags = {
+        name: {
+            k: _FLAGS[k]
+            for k in changes.get(name, {})
+            if k in _FLAGS and getattr(args, k, None) is not None
+        }
+        for name in ("dataset", "reader")
+    }
+    if any(flags.values()):
+        changes["flags"] = flags
+    try:
+        wl = wl.replace(**changes) if changes else wl
+    except ConfigError as exc:
+        if not train:
+            raise
+        # [train] as the flags set it: "train: batch_size x ..." named no flag typed.
+        typed = " ".join(
+            f"{flag} {getattr(args, attr)}"
+            for _, attr, flag in _TRAIN
+            if getattr(args, attr, None) is not None
+        )
+        raise ConfigError(f"{wl.where}: {typed}: {exc}") from exc
     if getattr(args, "sweep", None):
         key, values = parse_sweep(args.sweep)
         specs = []

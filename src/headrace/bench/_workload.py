@@ -97,18 +97,29 @@ class Section(dict[str, Any]):
         *,
         where: str,
         owner: str,
-        trail: list[tuple[str, str, Any]] | None = None,
+        trail: list[tuple[Section, str, Any]] | None = None,
+        flags: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(data)
         self.where = where  # "jpeg.toml [reader]"
         self.owner = owner  # "the files kind"
+        # The command-line flag that set a key ("files": "--files"): messages name it.
+        self.flags: Mapping[str, str] = flags or {}
         self.read: set[str] = set()
-        # (where, key, value) of each key looked up that the file sets, shared by the
+        # (section, key, value) of each key looked up that the file sets, shared by the
         # sections of one kind: a value the kind cannot use is most likely the last one.
         self.trail = [] if trail is None else trail
         # Keys looked up but not set, with the default the kind used: what a variant
         # option may still set (``?odirect=true`` where the file has no odirect).
         self.defaults: dict[str, Any] = {}
+
+    def named(self, key: str, value: Any) -> str:
+        """How a message names setting ``key`` = ``value``: by the flag that gave it
+        (``--files 64``), else by the file's key (``jpeg.toml [dataset]: files = 64``)."""
+        flag = self.flags.get(key)
+        if flag is None:
+            return f"{self.where}: {key} = {value!r}"
+        return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
 
     def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
@@ -189,13 +200,12 @@ class Section(dict[str, Any]):
         # (NaN's ValueError), or size arrays by them (a file count of 2**63 ran for ever).
         # Infinity is a setting (request_timeout_s = inf: none); a kind that takes int()
         # of one is refused in _like.
+        self.trail.append((self, key, value))  # first: the last read is the one refused
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if not (math.isinf(value) or -MAX_NUMBER <= value <= MAX_NUMBER):
                 raise ConfigError(
-                    f"{self.where}: {key} = {value!r}: expected a number, at most 2**53 "
-                    "either side of 0"
+                    f"{self.named(key, value)}: expected a number, at most 2**53 either side of 0"
                 )
-        self.trail.append((self.where, key, value))
         return value
 
     def __contains__(self, key: object) -> bool:
@@ -253,6 +263,16 @@ class TrainConfig:
                 f"train: computation_time and its stdev must be >= 0 "
                 f"(got {self.computation_time}, {self.computation_time_stdev})"
             )
+        last = max(1, self.warmup_steps) + self.trials * self.steps
+        if self.batch_size * last >= 2**63:
+            # A Loader numbers samples as int64: batch_size = 1e20 generated the dataset,
+            # then failed in the Loader ("steps [0, 7] ... out of range"), and steps =
+            # 1e23 ran on, its end never planned.
+            raise ConfigError(
+                f"train: batch_size x (warmup_steps + trials x steps) = {self.batch_size:,} x "
+                f"{last:,} samples is past 2**63, the most a run can number (sample numbers "
+                "are int64): give a smaller batch_size, steps or trials"
+            )
         if not 0 <= self.seed < 2**63:  # the loader's range (NumPy's SeedSequence failed)
             raise ConfigError(f"train: seed must be in [0, 2**63) (got {self.seed})")
         if not 0 < self.au_threshold <= 1:
@@ -277,6 +297,10 @@ class Workload:
     source: str = ""
     dataset: Mapping[str, Any] = field(default_factory=dict)
     reader: Mapping[str, Any] = field(default_factory=dict)
+    #: The command-line flags that set ``[dataset]`` and ``[reader]`` keys, by section
+    #: and key (``{"dataset": {"files": "--files"}}``): messages about such a value name
+    #: the flag the user typed, not a key of a file they may never have opened.
+    flags: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.variants:
@@ -311,6 +335,11 @@ class Workload:
                 changes[section] = {**getattr(self, section), **changes[section]}
         if "train" in changes and isinstance(changes["train"], Mapping):
             changes["train"] = dataclasses.replace(self.train, **changes["train"])
+        if self.flags and "flags" not in changes:  # a key set again is no flag's now
+            changes["flags"] = {
+                name: {k: f for k, f in keys.items() if k not in changes.get(name, {})}
+                for name, keys in self.flags.items()
+            }
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

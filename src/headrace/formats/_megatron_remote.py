@@ -196,7 +196,12 @@ class _Blocks:
         i = np.asarray(i, dtype=np.int64)
         flat = i.reshape(-1)
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self._n):
-            raise IndexError(f"entries [{int(flat.min())}, {int(flat.max())}] of {self._n}")
+            # A lookup's bug, not the object's: it named neither the object nor the array.
+            raise IndexError(
+                f"{self._url}: index entries [{int(flat.min())}, {int(flat.max())}] looked "
+                f"up, of {self._n} (the int64 array at byte {self._at}): a document "
+                "lookup past the index checked at open; please report it"
+            )
         blocks = flat // BLOCK
         need = np.unique(blocks).tolist()
         with self._lock:

@@ -259,11 +259,18 @@ class LocalFile(Closing):
                         "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
                     ) from exc
                 raise open_error(self.path, exc) from exc
+            what = "the descriptor it was opened with"
             try:
-                a, b = os.fstat(self._fd), os.fstat(dfd)
-            except OSError as exc:
+                a = os.fstat(self._fd)
+                what = "the descriptor reopened with O_DIRECT"
+                b = os.fstat(dfd)
+            except OSError as exc:  # the open succeeded: "cannot open" said otherwise
                 os.close(dfd)
-                raise open_error(self.path, exc) from exc
+                raise StorageError(
+                    exc.errno or errno.EIO,
+                    f"{self.path}: cannot stat {what}, to check they are one file "
+                    f"({exc.strerror or exc}){gone_hint(exc)}",
+                ) from exc
             if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
                 os.close(dfd)
                 raise StorageError(
