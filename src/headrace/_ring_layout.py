@@ -35,11 +35,14 @@ _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
 _RUN = b"r"
 _ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
 
+# A region's dtype: its string ("<f4"), or the dtype itself where the string drops a
+# part of it (a structured dtype's fields: "|V12").
+DtypeAt = str | np.dtype[Any]
 # Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a
 # contiguous copy of one array; per field, (name, region, element offset, shape,
 # element strides) into one of them; per field of samples of several shapes,
 # (name, first region, samples): one region a sample, in order.
-Region = tuple[int, str, tuple[int, ...]]
+Region = tuple[int, DtypeAt, tuple[int, ...]]
 FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 RaggedAt = tuple[str, int, int]
 Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...], tuple[RaggedAt, ...]]
@@ -65,7 +68,7 @@ class RingConfig:
             )
 
 
-def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+def _nbytes(dtype: DtypeAt, shape: tuple[int, ...]) -> int:
     return int(np.dtype(dtype).itemsize * np.prod(shape, dtype=np.int64))
 
 
@@ -108,11 +111,23 @@ def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout
     for name, a in ragged.items():
         samples.append((name, len(srcs), len(a)))
         srcs.extend(a)
-    regions, pos = [], 0
+    regions: list[Region] = []
+    pos = 0
     for a in srcs:
-        regions.append((pos, a.dtype.str, a.shape))
+        regions.append((pos, _dtype_at(a.dtype), a.shape))
         pos += _aligned(a.nbytes)
     return srcs, (tuple(regions), fields, tuple(samples))
+
+
+def _dtype_at(dtype: np.dtype[Any]) -> DtypeAt:
+    """How a region names ``dtype``: by its string where that makes the same dtype (a
+    few bytes a region in each layout sent), else by itself (ml_dtypes' float8_e5m2 is
+    "<f1", which NumPy makes nothing of)."""
+    try:
+        same = np.dtype(dtype.str) == dtype
+    except TypeError:
+        same = False
+    return dtype.str if same else dtype
 
 
 def _arrays_only(a: NDArray[Any]) -> bool:

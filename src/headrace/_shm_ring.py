@@ -149,6 +149,7 @@ class WorkerBatches:
         self._closing = threading.RLock()
         self._run_id = 0  # the current iteration's: older iterators are stale
         self._started: RingConfig | None = None  # the config the running workers began with
+        self._forked = 0  # the last run whose workers a fork left to the parent process
         _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -262,15 +263,31 @@ class WorkerBatches:
         kept = False  # persistent workers stay for the next iteration
         try:
             while True:
+                if run <= self._forked:
+                    raise StateError(
+                        "this iteration's workers belong to the process this one was "
+                        "forked from, which reads their batches: iterate again here (iter()) "
+                        "for workers of this process's own"
+                    )
                 if run != self._run_id:
                     raise StateError("this iteration is stale: a newer one has begun")
                 if self._pending:
                     self._return_slots()
                 w = (t - self.cfg.start) % k
                 ready = self._ready[w]
-                if not ready and not self._receive(w, t, ready):
-                    kept = self.persistent
-                    return
+                try:
+                    if not ready and not self._receive(w, t, ready):
+                        kept = self.persistent
+                        return
+                except Exception as exc:
+                    if run == self._run_id:
+                        raise
+                    # A close() from another thread (a watchdog) ended the workers and
+                    # pipes it waited on, whose own errors would mislead.
+                    raise StateError(
+                        f"this iteration was closed while it waited for worker {w} (a "
+                        "close() or a newer iteration from another thread)"
+                    ) from exc
                 # Handed over, not kept in this frame: a suspended iterator holds no batch.
                 try:
                     yield ready.popleft()
@@ -430,10 +447,32 @@ class WorkerBatches:
             except OSError:
                 pass  # a worker that has finished its steps has closed its end
 
+    def _forget_forked(self) -> None:
+        """In a child forked from this process, at the fork: forget the workers (the
+        parent's children, whose pipes carry its batches), closing this process's copies
+        of their pipes, the lifeline's too (held here, it kept them from seeing the
+        parent die). Iterating here starts workers of this process's own."""
+        self._closing = threading.RLock()  # a parent's thread may have held it at the fork
+        self._forked = self._run_id
+        self._run_id += 1
+        # Not this process's children either: multiprocessing's exit handler terminated
+        # them when a child of os.fork() exited normally (as a worker process's
+        # bootstrap forgets its parent's children, which os.fork() does not).
+        children: set[BaseProcess] = getattr(mp.process, "_children", set())
+        for p in self._procs:
+            children.discard(p)
+        alive, conns = self._alive, (*self._out, *self._back)
+        self._alive, self._procs, self._out, self._back, self._rings = None, [], [], [], []
+        self._ready, self._started = [], None
+        self._pending.clear()
+        for c in (*conns, *([alive] if alive is not None else [])):
+            c.close()
+
     def close(self) -> None:
         """Stop the workers (promptly: they exit at their next send) and drop the rings.
 
-        Leased batches stay valid: their mapping lives until the last view dies.
+        Leased batches stay valid: their mapping lives until the last view dies. A
+        process forked from the one that started them has none (:meth:`_forget_forked`).
         """
         # One at a time: a watchdog thread's close() and the iterator's own (its finally)
         # may come together; the second waits for the workers to be stopped, then finds
@@ -484,6 +523,14 @@ _LIVE: weakref.WeakSet[WorkerBatches] = weakref.WeakSet()
 def _close_live() -> None:
     for batches in list(_LIVE):
         batches.close()
+
+
+def _forget_live() -> None:
+    for batches in list(_LIVE):
+        batches._forget_forked()
+
+
+os.register_at_fork(after_in_child=_forget_live)
 
 
 def _same_but_start(old: RingConfig, new: RingConfig) -> bool:

@@ -170,6 +170,7 @@ def low_precision(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
         **arrays,
         "bf16": (x % 256).astype(ml_dtypes.bfloat16),  # exact below 256
         "f8": (x % 8).astype(ml_dtypes.float8_e4m3fn),
+        "e5m2": (x % 8).astype(ml_dtypes.float8_e5m2),
         "ull": x.astype(np.ulonglong),
     }
 
@@ -179,8 +180,8 @@ def test_ml_dtypes_numbers_and_ulonglong_become_torch_tensors(root: Path, worker
     # bfloat16 and float8 fields (a transform's, as the JAX adapter takes them) were refused
     # as "void arrays" torch has no type for, though torch has each; float8_e5m2, and
     # NumPy's ulonglong (uint64 under another type number), failed in torch.from_numpy
-    # ("can't convert np.ndarray of type ..."), naming no field. (float8_e5m2 does not
-    # cross a HeadraceDataLoader worker's ring yet: its dtype.str '<f1' is no dtype.)
+    # ("can't convert np.ndarray of type ..."), naming no field; float8_e5m2 then failed
+    # to cross a worker's ring (its dtype.str '<f1' is no dtype to NumPy).
     ml_dtypes = pytest.importorskip("ml_dtypes")
     with Loader(token_source(root), batch_size=BATCH, steps=2, transform=low_precision) as ld:
         want = next(iter(ld))["x"].astype(np.int64)
@@ -188,7 +189,8 @@ def test_ml_dtypes_numbers_and_ulonglong_become_torch_tensors(root: Path, worker
     with ht.HeadraceDataLoader(ds, num_workers=workers) as dl:
         got = next(iter(dl))
     assert got["bf16"].dtype == torch.bfloat16 and got["ull"].dtype == torch.uint64
-    assert got["f8"].dtype == torch.float8_e4m3fn
+    assert got["f8"].dtype == torch.float8_e4m3fn and got["e5m2"].dtype == torch.float8_e5m2
+    assert np.array_equal(got["e5m2"].float().numpy(), want % 8)
     assert np.array_equal(got["bf16"].float().numpy(), want % 256)
     assert np.array_equal(got["f8"].float().numpy(), want % 8)
     assert np.array_equal(got["ull"].numpy(), want)

@@ -444,13 +444,21 @@ class Loader(Closing):
         After ``close()`` (or a newer iteration) it raises the stale iterator's error
         instead of reading on, also when a read that a close gave up on returns: nothing
         more is read ahead, read again or reopened then.
+
+        A read-ahead that fails is the chunk's it was for, not the chunk being handed
+        out: that chunk's read finds the error a step at a time; if the read succeeds,
+        the read-ahead's error is raised at its first step, as one that does not recur.
         """
+        # Begun after a close() (or a newer iteration): nothing is told or read, as a
+        # source told its share reopened its files.
+        self._check_current(generation)
         # Each chunk's samples are planned once, for the read-ahead calls and the read.
         chunks = ((steps, self._planned(steps)) for steps in self._chunks(start))
         current = next(chunks, None)
+        ahead: Exception | None = None  # the error of the read-ahead started for current
         if current is not None and self._share:
             # Told its share before its first read, a source reads only that from the start.
-            self._prefetch(current[1])
+            ahead = self._prefetch(current[1])
         first = True
         refused: Exception | None = None
         while current is not None:
@@ -471,16 +479,21 @@ class Loader(Closing):
                 yield from step_by_step(steps, self._read_arrays, exc)
                 raise  # step_by_step raises: not reached
             self._check_current(generation)
+            if ahead is not None:
+                raise ahead
             if first:
                 yield from self._transform_chunk(steps, raw)
             if following is not None:
-                self._prefetch(following[1])
+                ahead = self._prefetch(following[1])
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
                 yield from self._transform_chunk(steps, raw)
             first = False
             current = following
+        # Past its last chunk too: an iterator whose loader was closed, rolled back or
+        # iterated anew meanwhile did not end quietly (without read-ahead) as if done.
+        self._check_current(generation)
         if refused is not None:
             raise refused
 
@@ -504,19 +517,25 @@ class Loader(Closing):
             with self._read_lock:
                 followed_by(self.seed, np.empty(0, np.int64) if samples is None else samples)
 
-    def _prefetch(self, ahead: NDArray[np.int64]) -> None:
-        """Tell the source (if it reads ahead) which samples come next."""
+    def _prefetch(self, ahead: NDArray[np.int64]) -> Exception | None:
+        """Tell the source (if it reads ahead) which samples come next; the error it
+        raised, if any, for the read of those samples to raise (:meth:`_read_ahead`)."""
         prefetch = getattr(self.source, "prefetch", None)
         if prefetch is None:
-            return
+            return None
         t1 = time.perf_counter()
-        with self._read_lock:
-            if self._share:
-                b = self.batch_size
-                prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
-            else:
-                prefetch(self.seed, ahead)
-        self.stats.prefetch_s += time.perf_counter() - t1
+        try:
+            with self._read_lock:
+                if self._share:
+                    b = self.batch_size
+                    prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
+                else:
+                    prefetch(self.seed, ahead)
+        except Exception as exc:
+            return exc
+        finally:
+            self.stats.prefetch_s += time.perf_counter() - t1
+        return None
 
     def _next_step(self) -> int:
         """The next step this loader yields (its own: every k-th with a ``step_stride``)."""
@@ -557,6 +576,7 @@ class Loader(Closing):
                 yield batch
 
     def _iter_async(self, start: int, generation: int) -> Iterator[Batch]:
+        self._check_current(generation)  # stale before its first next(): no thread starts
         # The queue holds whole chunks, so its cost is paid once per chunk, not per
         # batch: at least ``prefetch`` batches wait ready (one chunk, or more).
         producer = Prefetcher(

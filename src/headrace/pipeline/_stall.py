@@ -37,6 +37,10 @@ __all__ = [
 DEFAULT_STALL_WARN_S = 60.0
 #: Reads a warning names; the rest are counted.
 SHOWN = 3
+#: Longest timeout a wait for a warning takes at once, then another: a lock's or a
+#: pipe's overflows past 9.2e9 s, and stall_warn_s=1e12 (never, in effect) killed the
+#: watcher thread, and with it every later stall warning of the process.
+_LONGEST_S = 86_400.0
 _SEE = ' (docs/io.md, "Stalled storage")'
 _WORDS = {"list": "listing"}  # ReadInFlight.what -> its noun
 
@@ -109,8 +113,11 @@ class StallWatch:
         self._warned = False
 
     def due_in(self) -> float:
-        """Seconds until the next warning is due (``inf``: none will be)."""
-        return max(0.0, self._due - (time.monotonic() - self._t0))
+        """Seconds until the next warning is due (``inf``: none will be), at most a
+        day (:data:`_LONGEST_S`): a timeout that a lock and a pipe's poll can take."""
+        if self._due == math.inf:
+            return math.inf
+        return min(max(0.0, self._due - (time.monotonic() - self._t0)), _LONGEST_S)
 
     def poll(self) -> None:
         """Warn if the wait has passed the next warning's time (then due at twice it)."""

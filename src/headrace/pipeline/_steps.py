@@ -9,6 +9,7 @@ no I/O, no threads.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 
 from headrace.errors import StateError
@@ -62,7 +63,13 @@ def remaining_steps(step: int, steps: int | None, stride: int = 1, offset: int =
     if steps is None:
         raise TypeError("len() of a loader that never ends (steps=None); give it steps=N.")
     first = first_owned(step, stride, offset)
-    return max(0, -(-(steps - first) // stride))
+    n = max(0, -(-(steps - first) // stride))
+    if n > sys.maxsize:  # (len() raised a bare "cannot fit 'int' into an index-sized integer")
+        raise OverflowError(
+            f"len(): {n:,} steps remain (from step {step:,} to steps={steps:,}), more than "
+            f"len() can return ({sys.maxsize:,}); read the end from .steps instead"
+        )
+    return n
 
 
 def run_over(who: str, step: int, steps: int) -> str:
