@@ -124,7 +124,13 @@ def _h5py() -> Any:
 
 def _datasets(group: Any, h5py: Any) -> list[str]:
     names: list[str] = []
-    group.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
+
+    def note(n: str | bytes, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            # h5py gives a link name that is not UTF-8 (another writer's Latin-1) as bytes.
+            names.append(n if isinstance(n, str) else n.decode("utf-8", "replace"))
+
+    group.visititems(note)
     return sorted(names)
 
 
@@ -197,7 +203,7 @@ def _newer(name: str, exc: Exception) -> FormatError | None:
     )
 
 
-def _corrupt(name: str, exc: RuntimeError | KeyError) -> FormatError:
+def _corrupt(name: str, exc: RuntimeError | KeyError | UnicodeDecodeError) -> FormatError:
     # h5py raises RuntimeError, not OSError, for metadata that fails its checksum or
     # does not parse once the file is open ("Object visitation failed", "Unable to
     # synchronously check link existence"), and KeyError for a dataset whose header
@@ -233,6 +239,22 @@ def _damaged(ds: Any, index: Any, name: str, dataset: str, exc: OSError) -> Form
     name the first one that fails: the samples it holds and where its bytes lie.
     """
     where = f"{name}: dataset {dataset!r}"
+    if "conversion path" in str(exc):
+        # Not damage: HDF5 has no conversion from the stored type to the dtype h5py
+        # gives it (opaque values tagged by another writer: h5py reads its own tags only),
+        # and every chunk fails alike (read again one by one, the first was called bad).
+        stored = ds.id.get_type()
+        what = (
+            f"opaque values tagged {stored.get_tag().decode('utf-8', 'replace')!r}"
+            if stored.get_class() == _h5py().h5t.OPAQUE
+            else f"values of HDF5 type class {stored.get_class()}"
+        )
+        return FormatError(
+            f"{where} holds {what}, which HDF5 cannot convert to {ds.dtype}, the dtype h5py "
+            f"gives it (HDF5 said: {exc}); the file is intact: write the values with "
+            "a numeric, fixed-width string or compound dtype (opaque bytes: as uint8 "
+            "on a trailing axis)"
+        )
     plist = ds.id.get_create_plist()
     codes = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
     filters = ", ".join(_FILTER_NAMES.get(c, f"filter {c}") for c in codes)
@@ -298,7 +320,10 @@ def hdf5_rows(file: Any, *, name: str, datasets: Sequence[str]) -> int:
         for ds in datasets:
             try:
                 obj = _dataset(f, ds, name, h5py)
-            except RuntimeError as exc:
+            except (RuntimeError, KeyError) as exc:  # as decode_hdf5 (see _corrupt)
+                fetch = getattr(file, "error", None)  # a fetch failed inside h5py
+                if fetch is not None:
+                    raise fetch from exc
                 raise _corrupt(name, exc) from exc
             if obj.ndim == 0:
                 raise FormatError(
@@ -324,14 +349,25 @@ def _dataset(f: Any, dataset: str, name: str, h5py: Any) -> Any:
     obj = f.get(dataset)
     if not isinstance(obj, h5py.Dataset):
         what = "a group, not a dataset" if isinstance(obj, h5py.Group) else "no dataset"
+        try:
+            held = _datasets(f, h5py)
+        except UnicodeDecodeError as exc:  # a damaged name of a UTF-8 link (h5py decodes it)
+            raise _corrupt(name, exc) from exc
         raise FormatError(
-            f"{name}: {dataset!r} is {what}; the file's datasets are {_datasets(f, h5py)}"
+            f"{name}: {dataset!r} is {what}; the file's datasets are {held}"
             if obj is not None
-            else f"{name}: no dataset {dataset!r}; the file holds {_datasets(f, h5py)}: "
+            else f"{name}: no dataset {dataset!r}; the file holds {held}: "
             "every file of a source must hold the datasets named (datasets=); leave this "
             "file out, or name ones every file holds"
         )
-    _check_storage(obj, name, dataset, h5py)
+    try:
+        _check_storage(obj, name, dataset, h5py)
+    except TypeError as exc:  # h5py's dtype of an HDF5 type NumPy has none of: '<i9'
+        raise FormatError(
+            f"{name}: dataset {dataset!r}: h5py gives its HDF5 datatype no NumPy dtype "
+            f"({exc}): a datatype NumPy has no equivalent for (write the dataset with one it "
+            "has), or damaged metadata: copy or write the file again"
+        ) from exc
     return obj
 
 
@@ -342,7 +378,8 @@ def _check_links(f: Any, dataset: str, name: str, h5py: Any) -> None:
     resolved against the local filesystem (a file in memory has no folder), so
     it reads another file or, more often, fails as a missing dataset.
     """
-    parts = [p for p in dataset.split("/") if p]
+    # "." is the group itself (h5py reads "./g/x"), no link of that name.
+    parts = [p for p in dataset.split("/") if p and p != "."]
     for i in range(1, len(parts) + 1):
         path = "/".join(parts[:i])
         link = f.get(path, getlink=True)

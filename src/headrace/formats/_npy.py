@@ -172,6 +172,18 @@ def _parse_npy_header(
             "or fixed-width string dtype (ragged samples: pad them, or one array per sample)"
             + (f", or {leave_out}" if leave_out else "")
         )
+    fortran = header["fortran_order"]
+    if dtype.subdtype is not None:
+        # Another writer's descr of a subarray, ('<i4', (2,)) (numpy.save folds it into
+        # the shape): items of that shape, trailing axes as np.empty(shape, dtype) puts
+        # them. In Fortran order they would be C-order runs inside a Fortran-order array.
+        if fortran and len(shape) > 1:
+            raise FormatError(
+                f"{where}: a Fortran-order array of shape {shape} of subarray dtype {dtype} "
+                f"(items of shape {dtype.shape}): not a layout NumPy reads; save the array "
+                f"again with numpy.save (shape {shape + dtype.shape})"
+            )
+        shape, dtype, fortran = shape + dtype.shape, dtype.base, False
     if math.prod(d for d in shape if d) * max(dtype.itemsize, 1) > _MAX_BYTES:
         # A forged length: NumPy cannot size such an array (OverflowError downstream,
         # where the counts are summed), and no file holds it. Its zero dimensions are left
@@ -181,7 +193,7 @@ def _parse_npy_header(
             "left out) times the item size pass 2**63 - 1 bytes, which NumPy cannot size and "
             f"no file holds: {RECOPY}"
         )
-    return dtype, shape, header["fortran_order"], end
+    return dtype, shape, fortran, end
 
 
 def _npy_from_view(view: memoryview, where: str, leave_out: str = "") -> NDArray[np.generic]:
@@ -223,13 +235,21 @@ def check_rows(
     count: tuple[int, str] | None,
     name: str,
     key: str,
+    first: str | None = None,
 ) -> None:
     """The leading axis must hold ``count[0]`` samples (as ``count[1]`` says), and
-    ``rows`` must lie on it."""
+    ``rows`` must lie on it; ``first``: the member of the file read before ``key`` that
+    held them (then ``key``'s other length is the members', not the count's)."""
     if count is not None and (not shape or shape[0] != count[0]):
+        fix = count_fix(count[1])
+        if first is not None:
+            fix = (
+                f", as member {first!r} holds: each sample is one row of every member read; "
+                "name members of one length in datasets=(...)"
+            )
         raise DataError(
             f"{name}: {key!r} has shape {shape}; expected {count[0]} samples on its leading "
-            f"axis ({count[1]}){count_fix(count[1])}"
+            f"axis ({count[1]}){fix}"
         )
     if not shape:
         raise DataError(f"{name}: {key!r} is a 0-d array (shape ()): it has no rows to read")

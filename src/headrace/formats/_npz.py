@@ -37,7 +37,7 @@ from headrace.formats._npy import (
     encode_npy,
 )
 
-__all__ = ["decode_npz", "encode_npz", "npz_rows"]
+__all__ = ["decode_npz", "encode_npz", "npz_members", "npz_rows"]
 
 _ZIP_LOCAL = b"PK\x03\x04"
 
@@ -77,6 +77,38 @@ def _zip_infos(view: memoryview, name: str) -> list[zipfile.ZipInfo]:
             return zf.infolist()
     except _ZIP_ERRORS as exc:
         raise no_directory(name, exc) from exc
+
+
+def npz_members(
+    infos: Sequence[zipfile.ZipInfo], name: str
+) -> dict[str, zipfile.ZipInfo | FormatError]:
+    """The members by key (the name without ``.npy``; a name written twice: the last, as
+    zipfile and np.load take it); a key two names give (``x`` and ``x.npy``) maps to the
+    error a read of it raises (np.load would read ``x``, and hide ``x.npy``)."""
+    out: dict[str, zipfile.ZipInfo | FormatError] = {}
+    for i in infos:
+        if i.is_dir():
+            continue
+        key = i.filename[:-4] if i.filename.endswith(".npy") else i.filename
+        had = out.get(key)
+        if isinstance(had, zipfile.ZipInfo) and had.filename != i.filename:
+            a, b = sorted((had.filename, i.filename), key=len)
+            out[key] = FormatError(
+                f"{name}: members {a!r} and {b!r} are both key {key!r} (a member's key is its "
+                "name without .npy): rename one and write the file again, or name the other "
+                "members in datasets=(...)"
+            )
+        elif not isinstance(had, FormatError):
+            out[key] = i
+    return out
+
+
+def _member(infos: Mapping[str, zipfile.ZipInfo | FormatError], key: str) -> zipfile.ZipInfo:
+    """Member ``key`` of :func:`npz_members` (a key two names give raises)."""
+    info = infos[key]
+    if isinstance(info, FormatError):
+        raise info
+    return info
 
 
 def no_directory(name: str, exc: Exception) -> FormatError:
@@ -184,27 +216,25 @@ def decode_npz(
     a deflated member is inflated whole (checked as always) but only they are kept.
     """
     view = as_bytes_view(data, name)
-    infos = {
-        (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
-        for i in _zip_infos(view, name)
-        if not i.is_dir()
-    }
+    infos = npz_members(_zip_infos(view, name), name)
     wanted = list(infos) if keys is None else list(keys)
     missing = [k for k in wanted if k not in infos]
     if missing:
         raise FormatError(f"{name}: no member(s) {missing} in NPZ; it holds {sorted(infos)}")
     out: dict[str, NDArray[np.generic]] = {}
     for key in wanted:
-        info = infos[key]
+        info = _member(infos, key)
         where = f"{name}: member {info.filename!r}"
+        # The first member read held the count (a file's count is that member's).
+        first = wanted[0] if key != wanted[0] else None
         if rows is not None and info.compress_type == zipfile.ZIP_DEFLATED:
-            out[key] = _deflated_rows(view, info, name, key, infos, rows, count)
+            out[key] = _deflated_rows(view, info, name, key, infos, rows, count, first)
             continue
         payload = _member_bytes(view, info, name, check_crc)
         _check_npy_member(payload, name, info.filename, infos)
         arr = _npy_from_view(payload, where, _leave_out(key, infos))
         if rows is not None:
-            check_rows(arr.shape, rows, count, name, key)
+            check_rows(arr.shape, rows, count, name, key, first)
             r0, r1 = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
             # A run of rows is a view of the file (stored: no copy); else those rows.
             arr = arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
@@ -220,6 +250,7 @@ def _deflated_rows(
     infos: Mapping[str, object],
     rows: NDArray[np.int64],
     count: tuple[int, str] | None,
+    first: str | None,
 ) -> NDArray[np.generic]:
     """Rows ``rows`` of a deflated member's array: the member is inflated whole, its
     length and CRC checked (a file fails or passes in every read order), but only
@@ -235,7 +266,7 @@ def _deflated_rows(
     if end is not None and end > len(head):
         head = _member_head(reader, info, where, end)
     dtype, shape, fortran, offset = _parse_npy_header(memoryview(head), where, leave_out)
-    check_rows(shape, rows, count, name, key)
+    check_rows(shape, rows, count, name, key, first)
     row = dtype.itemsize * math.prod(shape[1:])
     # Checked before ``out`` is allocated: a forged shape (10, 2**40) asked 1 TiB for a row.
     want, found = shape[0] * row, info.file_size - offset
@@ -362,18 +393,14 @@ def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
             ) from exc
         raise no_directory(name, exc) from exc
     with zf:
-        infos = {
-            (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
-            for i in zf.infolist()
-            if not i.is_dir()
-        }
+        infos = npz_members(zf.infolist(), name)
         if key is None:
             if not infos:
                 raise FormatError(f"{name}: an NPZ with no arrays: no samples to count")
             key = next(iter(infos))
         if key not in infos:
             raise FormatError(f"{name}: no member(s) {[key]} in NPZ; it holds {sorted(infos)}")
-        info = infos[key]
+        info = _member(infos, key)
         where = f"{name}: member {info.filename!r}"
         if info.flag_bits & 0x1:
             raise FormatError(f"{where} is encrypted")

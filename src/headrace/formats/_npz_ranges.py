@@ -34,6 +34,7 @@ from headrace.formats._hdf5_ranges import FileLayout, contiguous_rows
 from headrace.formats._lazy_queue import LazyQueue
 from headrace.formats._npy import npy_header
 from headrace.formats._npy_ranges import CACHE_BLOCK, npy_layout
+from headrace.formats._npz import npz_members
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.io._ranges import merge_ranges
 
@@ -56,11 +57,7 @@ def learn_npz(image: SparseImage, keys: Sequence[str] | None) -> FileLayout | No
     meta: list[Span] = [(max(0, size - BLOCK), size)]
     try:
         with zipfile.ZipFile(image) as zf:
-            infos = {
-                (i.filename[:-4] if i.filename.endswith(".npy") else i.filename): i
-                for i in zf.infolist()
-                if not i.is_dir()
-            }
+            infos = npz_members(zf.infolist(), image.name)
     except (zipfile.BadZipFile, ValueError, EOFError, OSError, NotImplementedError):
         if image.error is not None:
             raise image.error from None
@@ -71,8 +68,8 @@ def learn_npz(image: SparseImage, keys: Sequence[str] | None) -> FileLayout | No
     data: dict[str, Any] = {}
     for key in infos if keys is None else keys:
         info = infos.get(key)
-        if info is None:
-            return None  # decoding names the missing member
+        if not isinstance(info, zipfile.ZipInfo):
+            return None  # decoding names the missing member (or the key two names give)
         off = info.header_offset
         if off < 0 or off + 30 > size:
             return None
