@@ -23,6 +23,7 @@ from headrace.formats._url_glob import (
     literal_parts,
 )
 from headrace.io import ObjectCache
+from headrace.io._open_files import gone_error
 
 __all__ = ["object_glob", "remote_list", "url_list", "why_empty"]
 
@@ -151,7 +152,13 @@ def _listed_get(
 
     def get(i: int) -> tuple[Any, Any]:
         for _ in range(_SIZE_TRIES):
-            data, info = store.get_with_info(keys[i])
+            try:
+                data, info = store.get_with_info(keys[i])
+            except ObjectNotFoundError as exc:
+                if ": no such object (" not in str(exc):
+                    raise  # its bucket (container) is gone: said as such
+                url = f"{store.url}/{keys[i]}"
+                raise gone_error(url, "file source", "listed", "object") from exc
             listed = etags[i]
             if listed is not None and info.etag is not None and info.etag != listed:
                 raise StorageError(

@@ -23,7 +23,13 @@ from headrace.errors import TransientStorageError
 from headrace.io import _exit
 from headrace.io import _in_flight as in_flight
 from headrace.io._object_stats import ObjectStats
-from headrace.io._retry import RetryPolicy, classify, is_connection_failure, is_throttle
+from headrace.io._retry import (
+    RetryPolicy,
+    classify,
+    is_connection_failure,
+    is_panic,
+    is_throttle,
+)
 from headrace.io._throttle import InFlightLimit
 
 log = logging.getLogger("headrace")
@@ -96,7 +102,7 @@ class Tries:
     # -- retry loops (sync and async share _failed, classify() and the policy) -------------
 
     def _failed(
-        self, exc: Exception, where: str, t0: float, ticket: int, tries: tuple[int, int, float]
+        self, exc: BaseException, where: str, t0: float, ticket: int, tries: tuple[int, int, float]
     ) -> tuple[float, tuple[int, int, float]]:
         """Count a failed try; raise the final error, or return the delay before the next.
 
@@ -203,13 +209,15 @@ class Tries:
             t0 = self._begin()
             try:
                 result = once()
-            except Exception as exc:
+            except BaseException as exc:
+                # Cancelled or interrupted: still count it out. A panic of obstore's is
+                # a failure of the request (a body cut short), said and retried as such.
+                if not isinstance(exc, Exception) and not is_panic(exc):
+                    self._settle(ticket, t0, None)
+                    raise
                 delay, tries = self._failed(exc, where, t0, ticket, tries)
                 time.sleep(delay)
                 continue
-            except BaseException:  # cancelled or interrupted: still count it out
-                self._settle(ticket, t0, None)
-                raise
             self._settle(ticket, t0, size_of(result))
             return result
 
@@ -235,12 +243,14 @@ class Tries:
             t0 = self._begin()
             try:
                 result = await once()
-            except Exception as exc:
+            except BaseException as exc:
+                # Cancelled or interrupted: still count it out. A panic of obstore's is
+                # a failure of the request (a body cut short), said and retried as such.
+                if not isinstance(exc, Exception) and not is_panic(exc):
+                    self._settle(ticket, t0, None)
+                    raise
                 delay, tries = self._failed(exc, where, t0, ticket, tries)
                 await asyncio.sleep(delay)
                 continue
-            except BaseException:  # cancelled or interrupted: still count it out
-                self._settle(ticket, t0, None)
-                raise
             self._settle(ticket, t0, size_of(result))
             return result

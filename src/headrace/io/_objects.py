@@ -14,6 +14,7 @@ range. A body shorter than asked for is never returned as data
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import CancelledError
@@ -50,6 +51,7 @@ from headrace.io._object_names import check_key, named_once, unlistable
 from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
 from headrace.io._object_tries import Tries
+from headrace.io._put import takes_metadata
 from headrace.io._retry import RetryPolicy, classify
 from headrace.io._runtime_fork import check_runtime
 
@@ -114,6 +116,7 @@ class ObjectStore(Closing):
             client_options=client_options,
             timeout_s=self.retry.timeout_s,
         )
+        self._keeps_metadata = takes_metadata(self._store)
         self._lock = threading.Lock()
         self._tries = Tries(self.retry)
         self._loop: LoopThread | None = None
@@ -122,8 +125,11 @@ class ObjectStore(Closing):
     # -- opening and closing --------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the private event loop (if one started). Idempotent."""
+        """Stop the private event loop (if one started) and drop obstore's store, whose
+        pool held a connection for each request once in flight, for as long as this
+        object lived (a closed source keeps its stores). Idempotent."""
         self._closed = self._tries.closed = True
+        self._store = None  # after _closed: _live() never hands out None
         # Under the lock: a get_many starting a loop right now assigns it
         # first, so it is closed here rather than left running.
         with self._lock:
@@ -141,12 +147,13 @@ class ObjectStore(Closing):
     def _live(self, key: str | None = None) -> Any:
         """obstore's store, for a request of ``key`` (checked: obstore would read a key
         with an empty path segment as another object's)."""
-        if self._closed:
+        store = self._store  # read first: close() sets _closed before it drops the store
+        if self._closed or store is None:
             raise StorageError(f"{self.url}: store is closed")
         check_runtime(self.url)
         if key is not None:
             check_key(self.url, key)
-        return self._store
+        return store
 
     def _loop_thread(self) -> LoopThread:
         with self._lock:
@@ -180,9 +187,7 @@ class ObjectStore(Closing):
     @property
     def keeps_metadata(self) -> bool:
         """Whether objects here carry user metadata (S3, GCS, Azure: yes; files, HTTP: no)."""
-        from headrace.io._put import takes_metadata
-
-        return takes_metadata(self._store)
+        return self._keeps_metadata
 
     def put_file(
         self,
@@ -404,7 +409,8 @@ class ObjectStore(Closing):
         it), with this store's retries. With ``expect`` (from :meth:`stat`), a
         response whose object size or entity tag differs is refused: the object
         was replaced or resized since, and its bytes must not be mixed with those
-        read before. ``out`` is only written with a complete, checked body.
+        read before; one deleted since is said to be gone since it was opened, not merely
+        missing. ``out`` is only written with a complete, checked body.
         """
         dest = np.frombuffer(out, dtype=np.uint8)  # raises unless ``out`` is a flat buffer
         offset, length = check_range(offset, dest.size)
@@ -438,6 +444,20 @@ class ObjectStore(Closing):
 
         try:
             await self._tries.arun(where, once, lambda n: n)
+        except ObjectNotFoundError as exc:
+            if expect is None or ": no such object (" not in str(exc):
+                raise  # never opened, or its bucket (container) is gone: said as such
+            # Said as a local source says a file deleted mid-run (gone_error), not as the
+            # store's bare 404.
+            raise ObjectNotFoundError(
+                errno.ENOENT,
+                f"{where}: no such object now; it was there when opened "
+                f"({expect.size} bytes"
+                + (f", ETag {expect.etag}" if expect.etag else "")
+                + "), so it was deleted or moved while the run was reading it. Put it back "
+                "to go on, or open a new source over the objects there now "
+                '(docs/long-runs.md, "Data that changes under a running job")',
+            ) from exc
         except ReadEOFError as exc:
             if expect is not None and offset + length <= expect.size:
                 raise ReadEOFError(

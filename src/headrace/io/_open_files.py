@@ -17,6 +17,7 @@ map: every read copies out of the map before it unpins (``RangeReader._fetch``).
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -74,6 +75,14 @@ _HOLDERS: weakref.WeakSet[object] = weakref.WeakSet()
 _HOLDERS_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    global _HOLDERS_LOCK
+    _HOLDERS_LOCK = threading.Lock()  # a parent's thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def hold_files(holder: object) -> None:
     """Count ``holder`` among those sharing :func:`idle_share` (until released or gone)."""
     with _HOLDERS_LOCK:
@@ -97,15 +106,17 @@ def idle_share(budget: int | None = None, most: int | None = None) -> int:
     return share if most is None else min(most, share)
 
 
-def gone_error(path: str, owner: str, did: str = "opened") -> ObjectNotFoundError:
+def gone_error(
+    path: str, owner: str, did: str = "opened", noun: str = "file"
+) -> ObjectNotFoundError:
     """``path``, which the ``owner`` opened (or listed: ``did``) before, is not there now.
     Said as such: the plain open error guessed a typo ("did you mean 'shards/s1.bin'?")
-    for a shard deleted during a run."""
+    for a shard deleted during a run (an object's, the store's bare 404)."""
     return ObjectNotFoundError(
         errno.ENOENT,
-        f"{path}: no such file now; the {owner} {did} it before, so it was deleted or "
+        f"{path}: no such {noun} now; the {owner} {did} it before, so it was deleted or "
         f"moved while the run was reading it. Put it back to go on, or open a new {owner} "
-        'over the files there now (docs/long-runs.md, "Data that changes under a running '
+        f'over the {noun}s there now (docs/long-runs.md, "Data that changes under a running '
         'job")',
     )
 

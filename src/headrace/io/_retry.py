@@ -23,7 +23,14 @@ from headrace.errors import (
     TransientStorageError,
 )
 
-__all__ = ["RetryPolicy", "classify", "is_connection_failure", "is_throttle", "summarize"]
+__all__ = [
+    "RetryPolicy",
+    "classify",
+    "is_connection_failure",
+    "is_panic",
+    "is_throttle",
+    "summarize",
+]
 
 _STATUS = re.compile(r"non-2xx status code: (\d{3})|status: (\d{3})")
 # What hyper/reqwest say when the connection broke or the clock ran out; all worth a retry.
@@ -218,6 +225,18 @@ def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
     return ObjectNotFoundError(f"{where}: no such object ({brief})")
 
 
+def is_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of obstore's Rust code (pyo3's ``PanicException``, a
+    ``BaseException``, so no ``except Exception`` catches it)."""
+    kind = type(exc)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
+
+
+# A panic's words when it cut the ranges of a coalesced GET out of a body shorter than
+# asked (obstore's get_ranges slices it unchecked): a body cut short, as any other is.
+_SHORT_BODY_PANICS = ("range start must not be greater than end", "range end out of bounds")
+
+
 def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError, bool]:
     """Map ``exc`` to headrace's tree; the flag says whether a retry may help.
 
@@ -232,6 +251,12 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
 
     text = str(exc)
     brief = summarize(exc)
+    if is_panic(exc):
+        if any(words in text for words in _SHORT_BODY_PANICS):
+            return TransientStorageError(
+                f"{where}: response body was cut short (obstore panicked: {brief})"
+            ), True
+        return StorageError(f"{where}: obstore failed (a panic in its Rust code: {brief})"), False
     if _METADATA_HOST in text:
         # No credentials in the arguments or the environment: obstore asked the cloud
         # instance metadata service, which is not there (or refused). Not "access denied".
