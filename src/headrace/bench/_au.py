@@ -23,6 +23,7 @@ from headrace.bench._kind import Batch, Kind
 
 __all__ = [
     "EXCLUDE_START_STEPS",
+    "MOST_ACCELERATORS",
     "au_trial",
     "compute_times",
     "default_probe_steps",
@@ -34,6 +35,10 @@ __all__ = [
 
 #: DLIO's ``metric_exclude_start_steps`` default: the first step of every epoch is left out.
 EXCLUDE_START_STEPS = 1
+
+#: The most simulated accelerators :func:`max_accelerators` tries: a variant that keeps
+#: AU there is reported at it, "at least" (a note says so).
+MOST_ACCELERATORS = 4096
 
 
 def compute_times(t: Any, steps: int) -> NDArray[np.float64]:
@@ -69,9 +74,11 @@ def run_au(epochs: Sequence[float]) -> float:
 
 def au_trial(
     it: Iterator[Batch], steps: int, compute: NDArray[np.float64], accelerators: int
-) -> tuple[float, float]:
+) -> tuple[float, float | None]:
     """(AU, loader seconds per counted step) of one epoch: ``steps`` steps of
-    ``accelerators`` batches each, the first left out as :func:`epoch_au` does.
+    ``accelerators`` batches each, the first left out as :func:`epoch_au` does. An epoch
+    of one step counts none: its loader seconds are ``None`` (0.0 read as a loader that
+    kept the accelerator fed, beside AU 0).
 
     The accelerator is simulated with ``time.sleep``: like a real device it
     leaves the CPU (and the GIL) to the loader's threads while it computes.
@@ -92,7 +99,7 @@ def au_trial(
     counted = load[EXCLUDE_START_STEPS:]
     return epoch_au(wall, proc.tolist(), comp.tolist()), float(
         counted.mean()
-    ) if counted.size else 0.0
+    ) if counted.size else None
 
 
 def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
@@ -115,6 +122,7 @@ def max_accelerators(
     *,
     probe_steps: int | None = None,
     known: tuple[int, bool] | None = None,
+    most: int = MOST_ACCELERATORS,
 ) -> int:
     """The most simulated accelerators ``spec`` keeps at the AU threshold.
 
@@ -123,7 +131,9 @@ def max_accelerators(
     ``known`` is the run's own verdict, ``(N, passed)``: its trials with compute at N
     accelerators, longer than a probe. The search starts from it, so the answer agrees
     with the AU the report prints beside it (probed again, one short epoch on a busy
-    machine gave "max 0" beside "AU 1.00 ok").
+    machine gave "max 0" beside "AU 1.00 ok"). Doubling stops at ``most``: a variant that
+    passes there is reported at it (or at ``known``'s N, where that is more), never at a
+    count it was not tried at (it was bisected towards twice the top, and 8191 reported).
     """
     t = kind.workload.train
     steps = probe_steps or default_probe_steps(t)
@@ -145,10 +155,11 @@ def max_accelerators(
         if not ok(1):
             return 0
         lo = 1
-    if hi == 0:
-        hi = lo * 2
-        while hi <= 4096 and ok(hi):
-            lo, hi = hi, hi * 2
+    while hi == 0:
+        if lo >= most:
+            return lo  # kept AU at the most it tries: at least this many
+        nxt = min(lo * 2, most)
+        lo, hi = (nxt, 0) if ok(nxt) else (lo, nxt)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)

@@ -13,7 +13,10 @@ from headrace.bench._report import (
     au_text,
     au_thresholds,
     fresh_pass_rate,
+    max_acc_text,
     rate_text,
+    short_au,
+    short_au_note,
 )
 from headrace.errors import ConfigError
 
@@ -25,7 +28,7 @@ def load_report(path: str, *, reports: str = "two reports") -> dict[str, Any]:
     what the command takes, for the message: compare two reports, plot one)."""
     try:
         with open(path) as f:
-            report = json.load(f)
+            report = json.load(f, parse_constant=lambda name: _no_constant(path, name))
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such file; give {reports} written by 'headrace bench --json PATH'"
@@ -54,6 +57,15 @@ def load_report(path: str, *, reports: str = "two reports") -> dict[str, Any]:
         )
     _check_types(path, report)
     return report  # type: ignore[no-any-return]
+
+
+def _no_constant(path: str, name: str) -> Any:
+    """Refuse NaN and Infinity, which Python's json reads and JSON has not: compare
+    printed "nan" batches/s and a "nanx" ratio as figures."""
+    raise ConfigError(
+        f"{path}: not JSON ({name} is no JSON number; a figure not measured is null); "
+        "expected a report written by 'headrace bench --json'"
+    )
 
 
 # What each JSON type is in Python (a bool is no number, as JSON Schema has it).
@@ -315,6 +327,9 @@ def compare(a_path: str, b_path: str) -> int:
         differ += same.startswith("DIFFERS")
     for (workload, variant), old in before.items():
         print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
+    if extra and extra[0][1] is _au:
+        for line in _short_au_notes(a, b):
+            print(line)
     if differ:
         # Exit 1, as a run whose variants disagree: a script that compares each run with a
         # baseline read 0, and a change of the bytes delivered passed as a speed-up.
@@ -332,12 +347,23 @@ def _au(r: dict[str, Any], thresholds: dict[str, float]) -> str:
     if au is None:
         return "-"
     shown = au_text(au, r.get("au_pass"), thresholds.get(r["workload"]))
-    return f"{shown} " + ("ok" if r.get("au_pass") else "FAIL")
+    # Marked as the bench table marks it: `--steps 1` is AU 0 by definition, and compare
+    # printed it "0.00 FAIL" beside the other report's measured 0.78.
+    return f"{shown}{'*' * short_au(r)} " + ("ok" if r.get("au_pass") else "FAIL")
+
+
+def _short_au_notes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The bench table's note under a starred AU, once for each length of trial, saying
+    which report (A, B) has AU from such trials."""
+    sides: dict[int, list[str]] = {}
+    for side, report in (("A", a), ("B", b)):
+        for steps in sorted({r["steps_per_trial"] for r in report["results"] if short_au(r)}):
+            sides.setdefault(steps, []).append(side)
+    return [f"{short_au_note(n)} ({', '.join(s)})" for n, s in sorted(sides.items())]
 
 
 def _accelerators(r: dict[str, Any], _thresholds: dict[str, float]) -> str:
-    n = r.get("max_accelerators")
-    return "-" if n is None else f"{n:,}"
+    return max_acc_text(r.get("max_accelerators"))
 
 
 #: A column's cell of a result, given its report's AU thresholds by workload.
@@ -350,7 +376,7 @@ def _extra_columns(results: list[dict[str, Any]]) -> list[tuple[str, _Cell, int]
     busy?"), and compare showed batches/s alone."""
     out: list[tuple[str, _Cell, int]] = []
     if any(r.get("au") is not None for r in results):
-        out.append(("AU", _au, 11))  # "0.8996 FAIL": more decimals by a threshold
+        out.append(("AU", _au, 12))  # "0.8996* FAIL": more decimals by a threshold
     if any(r.get("max_accelerators") is not None for r in results):
         out.append(("max acc.", _accelerators, 10))
     return out

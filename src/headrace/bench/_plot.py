@@ -159,8 +159,9 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
     fig.suptitle(f"headrace bench — {cpu}", fontsize=9)
     short = [r for r, m in zip(results, marked, strict=True) if m]
     au_short = [r for r in results if short_au(r)]
-    said = [short_trials_note(short[0]["steps_per_trial"], "GB/s")] if short else []
-    said += [short_au_note(au_short[0]["steps_per_trial"])] if au_short else []
+    # A line for each length of trial, as the table has (not the first workload's alone).
+    said = [short_trials_note(n, "GB/s") for n in sorted({r["steps_per_trial"] for r in short})]
+    said += [short_au_note(n) for n in sorted({r["steps_per_trial"] for r in au_short})]
     for i, line in enumerate(said):  # the printed table's notes, under the figure
         fig.text(0.01, 0.01 + 0.035 * (len(said) - 1 - i), line, fontsize=7)
     fig.tight_layout(rect=(0, 0.05 * len(said), 1, 1))

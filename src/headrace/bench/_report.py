@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from headrace.bench._au import MOST_ACCELERATORS
 from headrace.bench._kind import DELIVERED, TOKENS_DELIVERED
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "format_table",
     "fresh_pass_rate",
     "headline_rate",
+    "max_acc_text",
     "print_report",
     "rate_text",
     "short_au",
@@ -67,6 +69,14 @@ def au_thresholds(report: dict[str, Any]) -> dict[str, float]:
         for w in report.get("workloads") or []
         if isinstance(w, dict) and isinstance(w.get("au_threshold"), int | float)
     }
+
+
+def max_acc_text(n: int | None) -> str:
+    """A ``max acc.`` cell: ``4,096+`` where the variant kept AU at the most the search
+    tries (:data:`~headrace.bench._au.MOST_ACCELERATORS`), a bound and not its edge."""
+    if n is None:
+        return "-"
+    return f"{n:,}+" if n >= MOST_ACCELERATORS else f"{n:,}"
 
 
 def rate_text(v: float) -> str:
@@ -236,8 +246,7 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     if any(r.get("max_accelerators") is not None for r in report["results"]):
         head.insert(7, "max acc.")
         for row, r in zip(rows, report["results"], strict=True):
-            most = r.get("max_accelerators")
-            row.insert(7, "-" if most is None else str(most))
+            row.insert(7, max_acc_text(r.get("max_accelerators")))
     return head, rows
 
 
@@ -455,12 +464,13 @@ def _print_table(title: str, head: list[str], rows: list[list[str]], out: TextIO
 def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     out = file or sys.stdout
     _print("headrace bench (GB = 10^9 B of payload; MiB = 2^20 B)", *_rows(report), out)
+    # A note for each length of trial: two workloads of 4 and 32 steps were both said
+    # to be of the first's 4.
     short = [r for r in report["results"] if short_trials(r) and not headline_rate(r)[4]]
-    if short:
-        print(short_trials_note(short[0]["steps_per_trial"]), file=out)
-    au_short = [r for r in report["results"] if short_au(r)]
-    if au_short:
-        print(short_au_note(au_short[0]["steps_per_trial"]), file=out)
+    for steps in sorted({r["steps_per_trial"] for r in short}):
+        print(short_trials_note(steps), file=out)
+    for steps in sorted({r["steps_per_trial"] for r in report["results"] if short_au(r)}):
+        print(short_au_note(steps), file=out)
     head, rows = _stage_rows(report)
     if rows:
         _print(

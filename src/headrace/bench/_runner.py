@@ -143,6 +143,12 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     return result
 
 
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of the values measured (``None``: none was)."""
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "max": max(values), "median": statistics.median(values)}
 
@@ -276,8 +282,8 @@ def _run(
     streams = {}
     first_s: dict[str, float] = {}
     rates: dict[str, list[float]] = {s: [] for s in specs}
-    # Per variant, each epoch's (AU, loader seconds per counted step).
-    au: dict[str, list[tuple[float, float]]] = {s: [] for s in specs}
+    # Per variant, each epoch's (AU, loader seconds per counted step; None: none counted).
+    au: dict[str, list[tuple[float, float | None]]] = {s: [] for s in specs}
     fresh: dict[str, list[float]] = {}
     max_acc: dict[str, int] = {}
     # The Loaders each variant's trial stream opened (see ``read_ahead`` below).
@@ -470,9 +476,8 @@ def _run(
                 "amplification": m["bytes_read"] / unique if unique else None,
                 "au": run_au,
                 "au_pass": run_au >= t.au_threshold if run_au is not None else None,
-                "loader_s_per_step_with_compute": (
-                    statistics.fmean(ld for _, ld in au[spec]) if has_compute and au[spec] else None
-                ),
+                # None where no step was counted (trials of 1 step): not 0 s of waiting.
+                "loader_s_per_step_with_compute": _mean([ld for _, ld in au[spec]]),
                 "max_accelerators": max_acc.get(spec),
                 "steps": m["steps"],
                 "trials": len(rates[spec]),  # the trials done: fewer, interrupted
@@ -525,6 +530,14 @@ def _run(
             f"{wl.name}: --accelerators has no effect without simulated compute (its "
             "computation_time is 0: the loader alone); give the workload a computation_time "
             "to measure accelerator utilisation"
+        )
+    topped = [f"{s} at {n:,}" for s, n in max_acc.items() if n >= _au.MOST_ACCELERATORS]
+    if topped:
+        # Not bisected towards twice the top, never tried (8191 was reported so).
+        notes.append(
+            f"{wl.name}: kept AU at the most simulated accelerators the search tries "
+            f"({_au.MOST_ACCELERATORS:,}, or the run's own --accelerators): "
+            f"{', '.join(topped)}; their max acc. (the table's N+) is at least that"
         )
     if has_compute and t.steps < 2:
         # DLIO's AU leaves each epoch's first step out: a trial of one step counts none.
