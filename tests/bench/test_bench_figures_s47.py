@@ -27,6 +27,27 @@ def _npz(tmp_path: Path, **train: float) -> Kind:
     return kind
 
 
+def _row(workload: str = "u", steps: int = 1000, **more: object) -> dict[str, object]:
+    """A report's result row of one variant, as the table and the plot read it."""
+    return {
+        "workload": workload,
+        "variant": "headrace",
+        "batches_per_s": 50.0,
+        "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
+        "gb_per_s": 0.5,
+        "ratio_to_baseline": 1.0,
+        "ratio_to_memcpy": None,
+        "au": 0.95,
+        "au_pass": True,
+        "bytes_before_first_batch": 0,
+        "peak_rss_bytes": None,
+        "amplification": 1.0,
+        "digest": "ab" * 32,
+        "steps_per_trial": steps,
+        **more,
+    }
+
+
 def test_a_trial_of_one_step_has_no_loader_time_per_counted_step() -> None:
     # The step AU leaves out is the only one: nothing was counted, and 0.0 s read as a
     # loader that kept the accelerator fed, beside AU 0 FAIL.
@@ -60,25 +81,9 @@ def test_the_accelerator_search_never_claims_a_count_past_the_most_it_tried(
 def test_a_max_acc_at_the_top_of_the_search_reads_as_a_bound() -> None:
     from headrace.bench._report import format_table
 
-    row = {
-        "workload": "u",
-        "variant": "headrace",
-        "batches_per_s": 50.0,
-        "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
-        "gb_per_s": 0.5,
-        "ratio_to_baseline": 1.0,
-        "ratio_to_memcpy": None,
-        "au": 0.95,
-        "au_pass": True,
-        "bytes_before_first_batch": 0,
-        "peak_rss_bytes": None,
-        "amplification": 1.0,
-        "digest": "ab" * 32,
-        "steps_per_trial": 1000,
-    }
-    table = format_table({"results": [{**row, "max_accelerators": 4096}]})
+    table = format_table({"results": [_row(max_accelerators=4096)]})
     assert "| 4,096+ |" in table
-    table = format_table({"results": [{**row, "max_accelerators": 52}]})
+    table = format_table({"results": [_row(max_accelerators=52)]})
     assert "| 52 |" in table
 
 
@@ -136,25 +141,7 @@ def test_the_notes_under_the_table_name_each_length_of_short_trials(
     # Two workloads of 4 and 32 steps a trial: the note said "trials of 4 steps" of both.
     from headrace.bench._report import print_report, short_trials_note
 
-    def row(workload: str, steps: int) -> dict[str, object]:
-        return {
-            "workload": workload,
-            "variant": "headrace",
-            "batches_per_s": 50.0,
-            "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
-            "gb_per_s": 0.5,
-            "ratio_to_baseline": 1.0,
-            "ratio_to_memcpy": None,
-            "au": 0.95,
-            "au_pass": True,
-            "bytes_before_first_batch": 0,
-            "peak_rss_bytes": None,
-            "amplification": 1.0,
-            "digest": "ab" * 32,
-            "steps_per_trial": steps,
-        }
-
-    print_report({"results": [row("u", 4), row("v", 32)], "workloads": []})
+    print_report({"results": [_row("u", 4), _row("v", 32)], "workloads": []})
     out = capsys.readouterr().out.splitlines()
     for steps in (4, 32):
         assert short_trials_note(steps) in out
@@ -168,22 +155,7 @@ def test_the_plot_notes_name_each_length_of_short_trials() -> None:
     from headrace.bench._plot import draw_report
     from headrace.bench._report import short_trials_note
 
-    rows = []
-    for workload, steps in (("u", 4), ("v", 32)):
-        rows.append(
-            {
-                "workload": workload,
-                "variant": "headrace",
-                "batches_per_s": 50.0,
-                "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
-                "gb_per_s": 0.5,
-                "ratio_to_baseline": 1.0,
-                "ratio_to_memcpy": None,
-                "au": 0.95,
-                "au_pass": True,
-                "steps_per_trial": steps,
-            }
-        )
+    rows = [_row("u", 4), _row("v", 32)]
     fig = draw_report({"results": rows, "workloads": []})
     try:
         texts = [t.get_text() for t in fig.texts]
