@@ -20,11 +20,12 @@ A mapped read that may fault is looked at first (the reader does this for the
 first mapped read of each file and for every mapped probe): rows whose pages
 are all resident (``mincore``) cost no I/O; the first missing row (up to
 128 KiB of it) is read alone and timed, and if that time, once per fault the
-missing rows would take (one a row, one per 128 KiB of a longer one), would
-exceed ``slow_read_s`` (:meth:`AdaptivePolicy.mapped_too_slow`), the read is
-made in parallel instead and the estimate is observed as the mapped read's
-cost. So a mapped probe on slow storage costs one round trip, not a serial
-walk over the whole batch; the rules above are unchanged, they see an estimate.
+missing rows would take (one a page they lie on, a page shared by rows once;
+one per 128 KiB of a long row), would exceed ``slow_read_s``
+(:meth:`AdaptivePolicy.mapped_too_slow`), the read is made in parallel instead
+and the estimate is observed as the mapped read's cost. So a mapped probe on
+slow storage costs one round trip, not a serial walk over the whole batch; the
+rules above are unchanged, they see an estimate.
 
 Per-row costs are exponentially smoothed (half weight to the newest). The
 policy sees only timings and only chooses *how* to read: the bytes are the

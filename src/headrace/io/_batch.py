@@ -73,12 +73,15 @@ SAME_BATCH = "other read(s) of the same batch also failed."
 
 def raise_first(errors: Sequence[BaseException], others: str = SAME_BATCH) -> None:
     """Raise ``errors[0]`` (nothing if there are none), noted ``"<n> <others>"`` when
-    more than one failed: work done side by side, reported as if done in turn."""
+    more than one failed: work done side by side, reported as if done in turn. A
+    Ctrl-C or exit (not an ``Exception``) among them goes first: raised in the caller's
+    part of the work, it was lost behind an earlier part's failure."""
     if not errors:
         return
+    first = next((e for e in errors if not isinstance(e, Exception)), errors[0])
     if len(errors) > 1:
-        errors[0].add_note(f"{len(errors) - 1} {others}")
-    raise errors[0]
+        first.add_note(f"{len(errors) - 1} {others}")
+    raise first
 
 
 def raise_lowest(errors: list[tuple[int, BaseException]]) -> None:

@@ -164,8 +164,10 @@ def on_network_fs(path: str | os.PathLike[str]) -> bool:
     """Whether the file ``path`` lies on a network or FUSE mount, asked once per folder
     and process: ``/proc/mounts`` is parsed each time (70 us with 20 mounts here, more
     on a node with hundreds), and a table may have thousands of shards in a few
-    folders. (A mount made over a folder already asked about is not seen.)"""
-    return _network_folder(os.path.dirname(os.path.abspath(path)))
+    folders. (A mount made over a folder already asked about is not seen.) The folder
+    is the file's real one: a link from a local folder into a network mount (a folder
+    of links into a share, a Hugging Face snapshot's files) lies on that mount."""
+    return _network_folder(os.path.dirname(os.path.realpath(path)))
 
 
 @functools.lru_cache(maxsize=256)

@@ -79,16 +79,22 @@ class SharedPool:
         return pool
 
     def resize(self, n: int) -> None:
-        """Reads already submitted finish on the old executor."""
+        """Reads already submitted finish on the old executor.
+
+        It is dropped, not shut down: a batch that took it before the resize still
+        submits its reads there (shut down, that was "cannot schedule new futures
+        after shutdown"); its threads end once the last such batch lets it go.
+        """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"{self.name} threads must be a positive integer (got {n!r}).")
         with self._lock:
-            old, self._pool, self._threads = self._pool, None, n
-        if old is not None:
-            old.shutdown(wait=False)
+            self._pool, self._threads = None, n
 
     def forget(self) -> None:
         # After fork: the parent's worker threads were not copied; its executor would hang.
+        # A new lock too: a parent thread inside get() or resize() at the fork left the
+        # child's copy held, by a thread the child does not have.
+        self._lock = threading.Lock()
         self._pool = None
 
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,6 +24,7 @@ from headrace.io._mapped import (
     ask_for_runs,
     mapped_view,
     pages_of_ranges,
+    pages_touched,
     populate_ranges,
 )
 from headrace.io._open_files import OpenFiles
@@ -182,6 +183,7 @@ class RangeReader(Closing):
             config = ReaderConfig(strategy=config)
         self.config = config
         self._clock = clock
+        self._opener = opener
         idle = config.max_idle_files
         self._files = OpenFiles(opener, idle)
         self._policy_lock = threading.Lock()
@@ -190,6 +192,16 @@ class RangeReader(Closing):
         s = config.strategy
         self._fixed_mode = MAPPED if s == "adaptive" else ("odirect" if "odirect" in s else s)
         self._stats = StatsRecorder(self._fixed_mode)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for another process (a spawned worker's): a reader of the same config,
+        clock and opener; its open files, stats and policy state are this process's."""
+        return {"config": self.config, "clock": self._clock, "opener": self._opener}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["config"], clock=state["clock"], opener=state["opener"]
+        )
 
     # -- files ---------------------------------------------------------------
 
@@ -256,7 +268,8 @@ class RangeReader(Closing):
         return self._fetch(str(path), offsets, lengths, scatter)
 
     def read_into(self, path: str, ranges: Ranges, outs: Sequence[Any]) -> None:
-        """Fill ``outs[i]`` (writable, contiguous, exactly ``length_i`` bytes) with range ``i``.
+        """Fill ``outs[i]`` (writable, contiguous, exactly ``length_i`` bytes: a buffer, or a
+        CPU tensor) with range ``i``.
 
         If the read fails, the buffers' contents are unspecified.
         """
@@ -286,7 +299,8 @@ class RangeReader(Closing):
 
         ``stride`` defaults to ``row_bytes``. Rows may repeat and come in any
         order. The gather is one vectorised fancy index (no per-row Python),
-        into ``out`` when given.
+        into ``out`` when given (a CPU tensor too, through DLPack: the array
+        returned is then a view of it).
         """
         idx = np.asarray(rows)
         if idx.ndim != 1 or not (idx.size == 0 or np.issubdtype(idx.dtype, np.integer)):
@@ -303,11 +317,29 @@ class RangeReader(Closing):
         n = len(idx)
         if out is None:
             out = np.empty((n, row_bytes), dtype=np.uint8)
-        elif out.shape != (n, row_bytes) or out.dtype != np.uint8:
-            raise ConfigError(
-                f"out must be a uint8 array of shape {(n, row_bytes)} (got {out.dtype} "
-                f"{out.shape})."
-            )
+        else:
+            if not isinstance(cast(Any, out), np.ndarray):  # a tensor, say
+                given, out = out, _host_array(out, "out")
+                if out is None:
+                    raise ConfigError(
+                        f"out must be a uint8 array of shape {(n, row_bytes)} (got a "
+                        f"{type(given).__name__})."
+                    )
+            if out.shape != (n, row_bytes) or out.dtype != np.uint8:
+                raise ConfigError(
+                    f"out must be a uint8 array of shape {(n, row_bytes)} (got {out.dtype} "
+                    f"{out.shape})."
+                )
+            if not out.flags.writeable:
+                raise ConfigError("out is read-only; read_rows needs a writable array.")
+            strides = zip(out.strides, out.shape, strict=True)
+            if out.size and any(st == 0 and k > 1 for st, k in strides):
+                # An expanded (broadcast) tensor: its rows (or bytes) are one memory, and
+                # the last row written would be every row.
+                raise ConfigError(
+                    f"out's rows are one memory (strides {out.strides}: an expanded "
+                    "tensor); read_rows needs an array with memory of its own for each row."
+                )
         if n == 0:
             return out
         top = int(idx.max())
@@ -400,7 +432,18 @@ class RangeReader(Closing):
             if estimate is not None:
                 mode = PARALLEL
         t1 = self._clock()
-        buf, pos, nread, engine = self._fetch_mode(mode, f, offsets, lengths, end)
+        try:
+            buf, pos, nread, engine = self._fetch_mode(mode, f, offsets, lengths, end)
+        except ReadEOFError as exc:
+            size = f.current_size()
+            said = _past_end_text(offsets, ends, size, f.size)
+            if end <= size or said in str(exc):  # grew back, or a mapped read's own words
+                raise
+            # Shrank under a positional read, whose error names a coalesced span (bytes
+            # no caller asked for): a note names the caller's first range past the end,
+            # as a mapped read's error does.
+            exc.add_note(said)
+            raise
         if engine or f.network:  # read already (a network map's pages were populated)
             result = scatter(buf, pos)
         else:  # a local map's gather: the copy faults the pages in, so it is the read
@@ -436,8 +479,8 @@ class RangeReader(Closing):
         Rows on resident pages cost no I/O. The first missing row (its first
         ``READ_AROUND`` bytes if longer) is read alone and timed: a mapped read
         pays about that per fault, one fault after another, and faults once
-        per page of a missing row (the map is advised random), once per
-        ``READ_AROUND`` bytes of one of ``LONG_RUN`` or more (asked for first).
+        per page the missing rows lie on (the map is advised random), once per
+        ``READ_AROUND`` bytes of those of ``LONG_RUN`` or more (asked for first).
         So a mapped read on slow storage costs one round trip, not one per row.
 
         The sample is read positionally and whole. Faulted in through the map,
@@ -456,15 +499,15 @@ class RangeReader(Closing):
             t0 = self._clock()
             f.pread(int(offsets[i]), min(int(lengths[i]), READ_AROUND))
             sample_s = self._clock() - t0
-            off, last = offsets[missing], offsets[missing] + lengths[missing] - 1
+            off, n = offsets[missing], lengths[missing]
             # The map is advised random: a row shorter than LONG_RUN faults its pages in
             # one at a time; a longer one is asked for first, a read-around at a time.
-            faults = int(
-                np.where(
-                    lengths[missing] >= LONG_RUN,
-                    last // READ_AROUND - off // READ_AROUND + 1,
-                    last // PAGE - off // PAGE + 1,
-                ).sum()
+            # A page faults once, however many rows lie on it (a row drawn twice, rows
+            # sharing a page): counted per row, 16 draws of one row were 16 faults.
+            long = n >= LONG_RUN
+            faults = (
+                pages_touched(off[~long], n[~long]) // PAGE
+                + pages_touched(off[long], n[long], READ_AROUND) // READ_AROUND
             )
             slow = self.config.policy.mapped_too_slow(sample_s, faults)
         self._stats.checked(declined=slow)
@@ -563,11 +606,17 @@ def _past_end(
 ) -> ReadEOFError:
     """The error for a read whose ranges end past ``size``, the file's size now: it
     names the first such range, as the caller gave it (``opened``: the size at open)."""
+    return ReadEOFError(f"{path}: {_past_end_text(offsets, ends, size, opened)}")
+
+
+def _past_end_text(
+    offsets: NDArray[np.int64], ends: NDArray[np.int64], size: int, opened: int
+) -> str:
     i = int(np.argmax(ends > size))
     shrank = f" (it had {opened} bytes when opened: it shrank)" if size < opened else ""
-    return ReadEOFError(
-        f"{path}: range {i} = bytes [{int(offsets[i])}, {int(ends[i])}) is past the end of "
-        f"the file, which has {size} bytes{shrank}"
+    return (
+        f"range {i} = bytes [{int(offsets[i])}, {int(ends[i])}) is past the end of the file, "
+        f"which has {size} bytes{shrank}"
     )
 
 
@@ -585,9 +634,34 @@ def _mapped_view(
         raise _past_end(f.path, offsets, offsets + lengths, size, f.size) from exc
 
 
+def _host_array(obj: Any, what: str) -> NDArray[Any] | None:
+    """``obj`` (a tensor, or another array exporting DLPack) as a NumPy array over its
+    memory, ``None`` if it exports none; a ConfigError naming ``what`` where it cannot
+    (on a GPU, or needing a gradient)."""
+    if not hasattr(obj, "__dlpack__"):
+        return None
+    try:
+        return np.from_dlpack(obj)
+    except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+        raise ConfigError(
+            f"{what} ({type(obj).__name__}) cannot be read into: {exc}. Read into host "
+            "memory (a CPU array or tensor)."
+        ) from exc
+
+
 def _byte_view(buf: Any, nbytes: int, i: int) -> NDArray[np.uint8]:
     try:
-        mv = memoryview(buf).cast("B")
+        try:
+            mv = memoryview(buf)
+        except TypeError:
+            # A CPU tensor exports no buffer, but its memory through DLPack.
+            arr = _host_array(buf, f"Buffer {i}")
+            if arr is None:
+                raise
+            mv = memoryview(cast(Any, arr))
+        mv = mv.cast("B")
+    except ConfigError:
+        raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"Buffer {i} is not a contiguous buffer ({exc}).") from exc
     if mv.readonly:
