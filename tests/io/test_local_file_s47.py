@@ -48,3 +48,21 @@ def test_a_failed_fstat_of_the_o_direct_reopen_says_what_failed(
         assert "Input/output error" in message and info.value.errno == errno.EIO
         assert len(os.listdir("/proc/self/fd")) == before  # the reopened one closed
         assert f.direct_fd >= 0  # a later use tries again
+
+
+def test_a_fifo_or_a_device_is_refused_at_open_not_waited_on(tmp_path: Path) -> None:
+    # A FIFO's open waited for a writer for ever; /dev/zero read as "past the end of the
+    # file, which has 0 bytes".
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(StorageError, match=r"pipe: is a FIFO \(named pipe\), not a file"):
+        LocalFile(fifo)
+    with pytest.raises(StorageError, match=r"/dev/zero: is a character device, not a file"):
+        LocalFile("/dev/zero")
+    # A file's descriptor is left blocking, as reads of it expect.
+    (tmp_path / "f.bin").write_bytes(b"abc")
+    f = LocalFile(tmp_path / "f.bin")
+    try:
+        assert os.get_blocking(f.fd) and bytes(f.pread(0, 3)) == b"abc"
+    finally:
+        f.close()

@@ -108,6 +108,11 @@ def _near(path: str) -> str | None:
     return "/".join(parts) if parts != path.rstrip("/").split("/") else None
 
 
+#: What a path that opens may be but a file (a block device is read as its bytes).
+_NOT_FILES = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFSOCK: "socket",
+              stat.S_IFCHR: "character device"}  # fmt: skip
+
+
 def open_error(path: str, exc: OSError) -> StorageError:
     """Map an ``OSError`` from opening ``path`` to headrace's tree."""
     if isinstance(exc, FileNotFoundError):
@@ -194,7 +199,8 @@ class LocalFile(Closing):
         # In flight while it runs: an open on a hung mount waits as long as a read.
         with in_flight.Waiting("open", self.path):
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                # O_NONBLOCK: a FIFO's open waited for a writer, for ever (cleared below).
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             except OSError as exc:
                 raise open_error(self.path, exc) from exc
             try:
@@ -205,6 +211,15 @@ class LocalFile(Closing):
         if stat.S_ISDIR(st.st_mode):  # it opens, and its size is the directory's
             os.close(fd)
             raise StorageError(errno.EISDIR, f"{self.path}: is a directory, not a file")
+        kind = _NOT_FILES.get(stat.S_IFMT(st.st_mode))
+        if kind is not None:  # no size, no offsets: "past the end of 0 bytes" said nothing
+            os.close(fd)
+            raise StorageError(
+                errno.EINVAL,
+                f"{self.path}: is a {kind}, not a file: there is no size or offset to read "
+                "ranges at; copy what it gives into a file and read that",
+            )
+        os.set_blocking(fd, True)
         self._fd = fd
         self.size: int = st.st_size
         #: ``(st_dev, st_ino)`` when opened: a reopen of the path is the same file only
