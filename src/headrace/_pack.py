@@ -81,7 +81,10 @@ def pack(batch: Batch) -> Packed:
             fields[name] = (len(bases), (start - lo) // isz, a.shape, _elems(a.strides, isz))
         bases.append(flat)
     for name, a in alone:
-        c = np.array(a, order="C", copy=not (a.flags.writeable and a.flags.c_contiguous))
+        # NumPy calls an array C-contiguous whatever the strides of its length-1 (or, when
+        # empty, any) axes, which may be negative: copied too (torch has none).
+        kept = a.flags.writeable and a.flags.c_contiguous and min(a.strides, default=0) >= 0
+        c = np.array(a, order="C", copy=not kept)
         fields[name] = (len(bases), 0, c.shape, _elems(c.strides, c.itemsize))
         bases.append(c.reshape(-1))
     return bases, {name: fields[name] for name in batch}

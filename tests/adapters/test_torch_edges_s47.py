@@ -209,3 +209,14 @@ def test_ml_dtypes_ragged_samples_become_torch_tensors() -> None:
     got = ragged_tensors({"boxes": samples}, ("boxes",))
     assert [t.dtype for t in got["boxes"]] == [torch.bfloat16, torch.uint64]
     assert [t.tolist() for t in got["boxes"]] == [[0.0, 1.0], [0, 1, 2]]
+
+
+def test_a_field_numpy_calls_contiguous_with_a_negative_stride_is_shared_safely() -> None:
+    # A length-1 axis reversed (or an empty array) is C-contiguous to NumPy with a negative
+    # stride: kept as it was, torch's as_strided refused it ("Negative strides").
+    one = np.arange(6, dtype=np.int32).reshape(1, 6)[::-1]
+    empty = np.zeros((0, 3), np.float32)[::-1]
+    assert one.strides[0] < 0 and one.flags.c_contiguous
+    for share in (True, False):
+        got = ht.to_tensors({"a": one, "e": empty, "b": np.ones(2)}, share=share)
+        assert got["a"].tolist() == [[0, 1, 2, 3, 4, 5]] and got["e"].shape == (0, 3)
