@@ -304,6 +304,12 @@ class _Walk:
         url, size = self.url, self.size
         if size < 8:
             raise FormatError(f"{url}: {size} bytes is too small for an Arrow IPC stream")
+        if self.bytes(0, 4) == b"PAR1":  # (walked: a "corrupt" 827474256-byte header)
+            raise FormatError(
+                f"{url}: a Parquet file (it starts with PAR1), named as an Arrow IPC file "
+                "(.arrow, .feather, .ipc, .arrows): name it .parquet (on object storage a "
+                "table file's name says how it is read)"
+            )
         start, end = 0, size
         if self.bytes(0, 6) == _MAGIC:  # an IPC file: the stream lies between magic and footer
             tail = self.bytes(size - 10, 10) if size >= 18 else b"\0" * 10

@@ -42,6 +42,8 @@ def column_view(pa: Any, col: TableColumn, path: str, where: str, arr: Any) -> t
             arr = arr.combine_chunks()
         if pa.types.is_dictionary(arr.type):
             arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
+        if isinstance(arr.type, pa.BaseExtensionType) and not (col.shape or col.item_shape):
+            arr = arr.storage  # (pa.json_(), pa.uuid(): read as the values they hold)
         # A local Arrow file is mapped and read without a copy: its lengths are the
         # file's own, and a damaged one (a list's values of negative length) made
         # NumPy read outside a buffer: a segfault. validate() checks lengths against
@@ -128,11 +130,17 @@ def _array_view(pa: Any, col: TableColumn, arr: Any) -> tuple[NDArray[Any], Any,
     of null rows (refused when read, :func:`null_check`) and of rows of another shape
     or holding null numbers (``holes``, a :class:`Misshapen`: refused when read, naming
     them, :func:`item_check`); the span's other rows read as usual."""
+    tensor = getattr(arr.type, "extension_name", None) == "arrow.fixed_shape_tensor"
     if isinstance(arr.type, pa.BaseExtensionType):
         arr = arr.storage
     arr.validate()
     n = len(arr)
     valid = valid_rows(arr) if arr.null_count else None
+    if tensor:  # (pa.fixed_shape_tensor) each row's numbers in one list, row-major
+        k = col.width
+        items = arr.values.slice(arr.offset * k, n * k)
+        holes = _holes(null_item_rows(arr, k), n) if items.null_count else None
+        return zero_filled(items).reshape(n, k), valid, holes
     # Where each row's entries start in the current level (the rows themselves at first),
     # counted from the level's first; a row of another shape is marked where found.
     starts = np.arange(n, dtype=np.int64)

@@ -24,7 +24,7 @@ from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._table_part import _Part
 from headrace.formats._table_remote import RemoteParquet
-from headrace.formats._table_schema import TableColumn, struct_child
+from headrace.formats._table_schema import TableColumn, parquet_leaves, struct_child
 from headrace.formats._table_spans import Spans
 
 __all__ = [
@@ -298,8 +298,11 @@ def refuse_stored_nulls(
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())
             if items is not None and tc.listed:
-                # (a shaped column's lists: by their offsets, as other lists')
-                fixed = tc.kind == "fixed" and not tc.shape
+                # (a shaped column's lists: by their offsets, as other lists'; a tensor's
+                # numbers lie in one fixed-size list a row)
+                fixed = tc.kind == "fixed" and pa.types.is_fixed_size_list(
+                    getattr(col, "storage", col).type
+                )
                 held = null_item_rows(col, tc.width if fixed else None)
                 if held.size:
                     rows = held[: MAX_NAMED_NULLS - len(items[name].rows)] + int(spans.starts[span])
@@ -362,6 +365,7 @@ def null_items_error(found: Sequence[NullRows], scope: str = "", note: str = "")
 
 
 def refuse_parquet_nulls(
+    pa: Any,
     parts: Sequence[Any],
     spans: Spans,
     columns: Mapping[str, TableColumn],
@@ -377,7 +381,7 @@ def refuse_parquet_nulls(
     its empty lists, so lists are checked as their rows are read.
     """
     flat = [n for n in found if columns[n].kind in ("scalar", "bytes") or columns[n].fixed_bytes]
-    leaves: dict[int, dict[str, int]] = {}
+    leaves: dict[int, dict[tuple[str, ...], int]] = {}
     seen: set[tuple[int, int]] = set()  # a row group's sub-windows share its statistics
     for span, (pi, si) in enumerate(zip(spans.part, spans.local, strict=True)):
         part = parts[int(pi)]
@@ -387,12 +391,11 @@ def refuse_parquet_nulls(
         if md is None or (int(pi), int(si)) in seen:  # an Arrow file, or closed
             continue
         seen.add((int(pi), int(si)))
-        if int(pi) not in leaves:
-            paths = (md.schema.column(j).path for j in range(md.num_columns))
-            leaves[int(pi)] = {path: j for j, path in enumerate(paths)}
+        if int(pi) not in leaves:  # (None: not told apart; its rows checked as read)
+            leaves[int(pi)] = parquet_leaves(pa, part.schema, md.num_columns) or {}
         group = md.row_group(int(si))
         for name in flat:
-            j = leaves[int(pi)].get(".".join((columns[name].read, *columns[name].field)))
+            j = leaves[int(pi)].get((columns[name].read, *columns[name].field))
             stats = None if j is None else group.column(j).statistics
             if stats is None or not stats.has_null_count or not stats.null_count:
                 continue
@@ -417,7 +420,7 @@ def refuse_nulls(
     column (:func:`refuse_parquet_nulls`, :func:`refuse_stored_nulls`)."""
     found = {n: NullRows(n) for n in dict.fromkeys(names)}
     items = {n: NullRows(n) for n in found}
-    refuse_parquet_nulls(parts, spans, columns, found, valid_of)
+    refuse_parquet_nulls(pa, parts, spans, columns, found, valid_of)
     refuse_stored_nulls(pa, parts, spans, columns, found, items)
     if any(f.count for f in found.values()):
         raise null_error(list(found.values()))

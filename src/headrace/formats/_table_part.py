@@ -42,7 +42,7 @@ from headrace.formats._table_layout import (
     HF_METADATA,
     RECOPY,
 )
-from headrace.formats._table_remote import stored_bytes
+from headrace.formats._table_remote import arrow_named, stored_bytes
 from headrace.formats._table_schema import check_schema, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import _in_flight as in_flight
@@ -186,7 +186,8 @@ class _Part:
         self.parquet = head[:4] == _PARQUET_MAGIC
         if path.endswith(".parquet") and not self.parquet:
             raise FormatError(
-                f"{path}: not a Parquet file: it does not start with PAR1 (starts with {head!r})"
+                f"{path}: not a Parquet file: it does not start with PAR1 (starts with "
+                f"{head!r}){arrow_named(head=head)}"
             )
         try:
             if self.parquet:

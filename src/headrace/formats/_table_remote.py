@@ -79,6 +79,7 @@ __all__ = [
     "Fetched",
     "RemoteParquet",
     "RemotePart",
+    "arrow_named",
     "fetched_spans",
     "opener",
     "resolve_urls",
@@ -228,6 +229,19 @@ def _refuse_tables_below(root: str, keys: list[str]) -> None:
     raise ConfigError(f"{lead}: open {root}/{sub}")
 
 
+def arrow_named(head: bytes = b"", tail: bytes = b"") -> str:
+    """What a refusal of a file named as Parquet adds where its first bytes (``head``) or
+    last (``tail``) are an Arrow IPC file's or stream's: what it is, and what to name it
+    (``""``: neither)."""
+    if head.startswith(b"ARROW1") or tail.endswith(b"ARROW1"):
+        what = "an Arrow IPC file"
+    elif head.startswith(b"\xff\xff\xff\xff") or tail.endswith(b"\xff\xff\xff\xff\0\0\0\0"):
+        what = "an Arrow IPC stream"
+    else:
+        return ""
+    return f"; it is {what}: name it .arrow (a table file's name says how it is read)"
+
+
 def stored_bytes(metadata: Any, group: int) -> int:
     """Bytes row group ``group`` takes in its file (every column chunk, compressed)."""
     rg = metadata.row_group(group)
@@ -341,12 +355,15 @@ class RemoteParquet(RemotePart):
         self.rows = [self._md.row_group(i).num_rows for i in range(self._md.num_row_groups)]
         #: row groups read in sub-windows, streamed from their fetched bytes
         self.streams = Streams()
-        top = {name: i for i, name in enumerate(self.schema.names)}
+        # The leaves pyarrow reads for a column's name: each whose path's parts, joined
+        # by dots up to any depth, are the name. Column 'answers.start' beside struct
+        # 'answers' reads the struct's field 'start' too; matching dotted paths to top
+        # columns took the column's own leaves for the struct's: none was fetched, and
+        # pyarrow read them all by a GET each (misses).
         self._leaves: dict[str, list[int]] = {}
-        for j in range(self._md.num_columns):
-            path = self._md.schema.column(j).path
-            name = next((n for n in top if path == n or path.startswith(n + ".")), path)
-            self._leaves.setdefault(name, []).append(j)
+        for j, names in enumerate(pf.reader.column_paths):
+            for k in range(1, len(names) + 1):
+                self._leaves.setdefault(".".join(names[:k]), []).append(j)
 
     @classmethod
     def open_all(
@@ -370,7 +387,7 @@ class RemoteParquet(RemotePart):
             if raw[-4:] != _MAGIC:
                 raise FormatError(
                     f"{url}: not a Parquet file: it does not end with {_MAGIC!r} "
-                    f"(truncated, or another format; {info.size} bytes)"
+                    f"(truncated, or another format; {info.size} bytes){arrow_named(tail=raw)}"
                 )
             need = struct.unpack("<I", raw[-8:-4])[0] + 8
             if need > info.size:
@@ -389,23 +406,23 @@ class RemoteParquet(RemotePart):
         """``[start, end)`` of each column chunk of ``names`` in ``group``."""
         rg = self._md.row_group(group)
         chunks = []
-        for name in names:
-            for j in self._leaves.get(name, ()):
-                c = rg.column(j)
-                start = c.data_page_offset
-                if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
-                    start = c.dictionary_page_offset
-                size = c.total_compressed_size
-                if not (0 <= start < self.size and size >= 0):
-                    # Checked here, not by pyarrow: these bytes are fetched by ranged GETs
-                    # before pyarrow sees them, and a negative offset was refused by the
-                    # store as a bad argument (ConfigError) naming no file.
-                    raise FormatError(
-                        f"{self.path}: corrupt Parquet footer: row group {group}, column "
-                        f"{c.path_in_schema!r}: its chunk starts at byte {start} and is {size} "
-                        f"bytes; expected a start in [0, {self.size}) and a size >= 0"
-                    )
-                chunks.append((start, min(self.size, start + size)))
+        # (A leaf once: a struct and a column named after one of its fields share some.)
+        for j in sorted({j for name in names for j in self._leaves.get(name, ())}):
+            c = rg.column(j)
+            start = c.data_page_offset
+            if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
+                start = c.dictionary_page_offset
+            size = c.total_compressed_size
+            if not (0 <= start < self.size and size >= 0):
+                # Checked here, not by pyarrow: these bytes are fetched by ranged GETs
+                # before pyarrow sees them, and a negative offset was refused by the
+                # store as a bad argument (ConfigError) naming no file.
+                raise FormatError(
+                    f"{self.path}: corrupt Parquet footer: row group {group}, column "
+                    f"{c.path_in_schema!r}: its chunk starts at byte {start} and is {size} "
+                    f"bytes; expected a start in [0, {self.size}) and a size >= 0"
+                )
+            chunks.append((start, min(self.size, start + size)))
         return chunks
 
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ __all__ = [
     "class_label_names",
     "image_features",
     "numeric_dtype",
+    "parquet_leaves",
     "reference_part",
     "refuse_indices_mapping",
     "schema_difference",
@@ -177,7 +178,8 @@ class TableColumn:
     source: str = ""
     #: the struct fields from ``source`` down to the values (``()``: ``source`` itself)
     field: tuple[str, ...] = ()
-    #: the values' Arrow type where the column stores them encoded (a dictionary's)
+    #: the values' Arrow type where the column stores them encoded (a dictionary's, or
+    #: a canonical extension type's storage)
     decoded: str = ""
 
     @property
@@ -279,6 +281,42 @@ def _array_column(
     return _nested_column(name, typ, numeric_dtype(pa, inner), shape)
 
 
+#: Arrow's canonical extension types read as their storage: a JSON column's text as
+#: bytes (``pa.json_()``), a UUID's 16 bytes (``pa.uuid()``)
+_STORED_AS_IS = frozenset({"arrow.json", "arrow.uuid"})
+
+
+def _tensor_column(pa: Any, name: str, typ: Any, path: str) -> TableColumn:
+    """Arrow's canonical fixed-shape tensor column (``pa.fixed_shape_tensor``, as
+    ``pa.FixedShapeTensorArray.from_numpy_ndarray`` writes a NumPy array): each row's
+    numbers in one fixed-size list, in row-major order, read as ``(B, *shape)``."""
+    t = pa.types
+    shape = tuple(int(d) for d in typ.shape)
+    order = list(typ.permutation or range(len(shape)))
+    item = typ.storage_type.value_type
+    if not shape or order != list(range(len(shape))):
+        raise FormatError(
+            f"{path}: column {name!r} is a tensor ({typ}) whose numbers are stored in "
+            f"another order than its shape's (permutation {order}); headrace reads "
+            "tensors stored in row-major order: write it with "
+            "pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(a)), or "
+            "leave it out with columns=[...]"
+        )
+    if not (t.is_integer(item) or t.is_floating(item) or t.is_boolean(item)):
+        raise FormatError(
+            f"{path}: column {name!r} is a tensor of {item} ({typ}); headrace reads "
+            "tensors of numbers or bools: leave it out with columns=[...]"
+        )
+    return TableColumn(
+        name=name,
+        arrow_type=str(typ),
+        kind="fixed",
+        dtype=numeric_dtype(pa, item),
+        width=int(typ.storage_type.list_size),
+        shape=shape,
+    )
+
+
 def numeric_dtype(pa: Any, typ: Any) -> np.dtype[Any]:
     """The NumPy dtype of an integer, floating or boolean Arrow type, found without
     pandas: pyarrow's ``to_pandas_dtype()`` imports it (pyarrow 19 without pandas
@@ -374,6 +412,11 @@ def classify_column(
     feature = array_feature(typ, metadata)
     if feature is not None:
         return _array_column(pa, name, typ, path, feature, shape)
+    if getattr(typ, "extension_name", None) == "arrow.fixed_shape_tensor":
+        return _tensor_column(pa, name, typ, path)
+    if getattr(typ, "extension_name", None) in _STORED_AS_IS:
+        inner = classify_column(pa, name, typ.storage_type, path)
+        return replace(inner, arrow_type=str(typ), decoded=inner.value_type)
     if shape is not None:
         return _shaped_column(pa, name, typ, path, shape)
 
@@ -457,22 +500,27 @@ def classify_column(
         if seen is not None and len(seen) == len(dims) and all(seen):
             dims, first = [str(d) for d in seen], " (the first row's shape)"
         given = f"({', '.join(dims)})"
-        items = f"(None, {', '.join(dims[1:])})"
+        items = (
+            ""  # every row holds as many items as its fixed-size list: no None to give
+            if t.is_fixed_size_list(levels[0])
+            else "where rows hold different numbers of items of one shape (boxes, frames), "
+            "as rows of items padded to a width with "
+            f"shapes={{{name!r}: (None, {', '.join(dims[1:])})}}; "
+        )
         raise FormatError(
             f"{path}: column {name!r} holds lists of lists ({typ}), whose shape the schema "
             f"does not give: where every row has one, read it as (B, {', '.join(dims)}) "
             f"with shapes={{{name!r}: {given}}}{first} (each row is checked when read); "
-            "where rows hold different numbers of items of one shape (boxes, frames), as "
-            f"rows of items padded to a width with shapes={{{name!r}: {items}}}; or cast it "
-            "to a datasets ArrayND feature; else leave it out with columns=[...]"
+            f"{items}or cast it to a datasets ArrayND feature; else leave it out with "
+            "columns=[...]"
         )
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, bool, timestamps, dates, durations and times of day, "
         "fixed_size_list<number "
         "or bool>, list<number or bool> (e.g. token ids), lists of fixed-size lists of "
-        "numbers (boxes), lists of lists of numbers given shapes=, string/binary, "
-        "fixed_size_binary. "
+        "numbers (boxes), lists of lists of numbers given shapes=, fixed-shape tensors, "
+        "string/binary, fixed_size_binary. "
         f"Leave it out with columns=[...].{hint}"
     )
 
@@ -505,7 +553,7 @@ def table_columns(
         col = classify_column(pa, c, typ, path, meta, shapes.get(c), seen)
         columns[c] = replace(col, source=top, field=(*down, *col.field))
         fields.append(schema.field(c) if not down else pa.field(c, typ))
-        if isinstance(typ, pa.BaseExtensionType) and (col.shape or col.item_shape):
+        if isinstance(typ, pa.ExtensionType) and (col.shape or col.item_shape):
             # As a process without datasets imported sees it (its storage, the extension
             # named in metadata): the fingerprint must not depend on what was imported.
             meta = {  # in the order pyarrow writes them
@@ -631,6 +679,41 @@ def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
     kind = pa.LargeListArray if pa.types.is_large_list(listed.type) else pa.ListArray
     mask = listed.is_null() if listed.null_count else None
     return kind.from_arrays(listed.offsets, arr, mask=mask)
+
+
+def parquet_leaves(pa: Any, schema: Any, count: int) -> dict[tuple[str, ...], int] | None:
+    """The index of the Parquet leaf column of each top-level column, and each struct
+    field under one, that is one leaf (not a list's items), by its names from the top,
+    in a Parquet file of Arrow ``schema`` with ``count`` leaf columns; ``None`` where
+    the schema's leaves are not ``count``.
+
+    Parquet stores the leaves in schema order. Their dotted paths do not tell a column
+    named ``answers.text`` (a ``datasets`` flatten()) from struct ``answers``' field
+    ``text``, whose row group statistics were taken for the column's."""
+    t = pa.types
+    out: dict[tuple[str, ...], int] = {}
+    at = 0
+
+    def walk(names: tuple[str, ...], typ: Any, direct: bool) -> None:
+        nonlocal at
+        if isinstance(typ, pa.BaseExtensionType):
+            typ = typ.storage_type
+        if t.is_struct(typ):
+            for f in typ:
+                walk((*names, f.name), f.type, direct)
+        elif t.is_map(typ):
+            walk(names, typ.key_type, False)
+            walk(names, typ.item_type, False)
+        elif not t.is_dictionary(typ) and hasattr(typ, "value_type"):  # lists of every kind
+            walk(names, typ.value_type, False)
+        else:
+            if direct:
+                out[names] = at
+            at += 1
+
+    for f in schema:
+        walk((f.name,), f.type, True)
+    return out if at == count else None
 
 
 def _hf_features(schema: Any) -> dict[str, Any]:

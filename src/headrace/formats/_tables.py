@@ -15,6 +15,7 @@ Arrow type                                      value
 ==============================================  ===================================
 integer, floating, bool                         ``(B,)`` array of that dtype
 ``fixed_size_list<number>[k]``                  ``(B, k)`` array
+``pa.fixed_shape_tensor`` (row-major)           ``(B, *shape)`` array
 ``list`` / ``large_list`` of number             :class:`Ragged` (values + offsets)
 lists of fixed-size lists of number (boxes)     :class:`Ragged` of ``(items, k)`` values
 lists of lists given ``shapes=(None, None)``    :class:`Nested` (values, lists, offsets)
@@ -208,6 +209,11 @@ class Table(Closing):
         self._cache: OrderedDict[int, dict[str, tuple[Any, ...]]] = OrderedDict()
         self._cache_limit = row_group_cache
         self._count_lock = threading.Lock()
+        # The row-group cache and the fetches waiting for their decode, changed by every
+        # read: read_rows from several threads at once raised "OrderedDict mutated during
+        # iteration" and counted a group two threads decoded at once twice in peak_rows.
+        # Reentrant: a local prefetch makes views (which take it) under it.
+        self._cache_lock = threading.RLock()
         self._decoders: DaemonPool | None = None  # local Parquet row groups at once
         #: whether local Arrow files' pages are filled before a gather, and its counters
         self.map_fill = FillPolicy()
@@ -452,19 +458,27 @@ class Table(Closing):
         if self._objects is None:
             if _READ_AHEAD:
                 names = list(columns)
-                jobs = ahead_jobs(self._parts, self._spans, spans, names, self._ahead, self._views)
+                with self._cache_lock:
+                    jobs = ahead_jobs(
+                        self._parts, self._spans, spans, names, self._ahead, self._views
+                    )
                 self._read_ahead.add(jobs)
             return
         limit = 2 * self._cache_limit
         head = self._spans.head
-        todo = [s for s in dict.fromkeys(int(x) for x in spans) if head(s) not in self._pending]
+        with self._cache_lock:
+            todo = [s for s in dict.fromkeys(int(x) for x in spans) if head(s) not in self._pending]
         reads = self._reads(columns)
         fetches = fetch_spans(self._parts, self._spans, self._cache, todo[:limit], columns, reads)
-        for s, fetch in fetches.items():
-            fetch.ahead = True
-            self._pending[s] = fetch
-            while len(self._pending) > limit:
-                self._pending.popitem(last=False)[1].discard()
+        with self._cache_lock:
+            for s, fetch in fetches.items():
+                fetch.ahead = True
+                old = self._pending.pop(s, None)  # (another thread's prefetch of it)
+                if old is not None:
+                    old.discard()
+                self._pending[s] = fetch
+                while len(self._pending) > limit:
+                    self._pending.popitem(last=False)[1].discard()
 
     def _decode_local(self, spans: list[int], names: list[str]) -> dict[int, Any]:
         """Local Parquet row groups ``spans``, read and decoded on threads at once.
@@ -498,10 +512,11 @@ class Table(Closing):
         """NumPy views of span ``span``'s columns (Parquet row groups are LRU-cached);
         ``decoded``: the local row group, read already (by :meth:`_decode_local`)."""
         part = self._parts[int(self._spans.part[span])]
-        cached = self._cache.get(span)
-        if cached is not None and all(c in cached for c in names):
-            self._cache.move_to_end(span)
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(span)
+            if cached is not None and all(c in cached for c in names):
+                self._cache.move_to_end(span)
+                return cached
         data = decoded if decoded is not None else self._decode(span, names, fetched)
         rows = self._spans.rows(span)
         if not mapped(part):
@@ -528,17 +543,20 @@ class Table(Closing):
                 refuse_path_only(self._pa, tc, top, part.path, first)
                 col = struct_child(self._pa, top, tc.field)
                 views[c] = column_view(self._pa, tc, part.path, where, col)
-        if cached is None and not mapped(part):
-            self._held_rows += rows
-        self._cache[span] = views
-        self._cache.move_to_end(span)
-        for t in self._spans.passed(span, self._cache):
-            self._uncache(t)
         # Decoded Parquet row groups and fetched record batches own memory, so few
         # are kept; views of a mapped Arrow file cost a few hundred bytes each, so many are.
         limit = max(self._cache_limit, 4096) if mapped(part) else self._cache_limit
-        while len(self._cache) > limit:
-            self._uncache(next(iter(self._cache)))
+        with self._cache_lock:
+            now = self._cache.get(span)  # (another thread's, decoded meanwhile)
+            if now is None and not mapped(part):
+                self._held_rows += rows
+            views = {**(now or {}), **views}
+            self._cache[span] = views
+            self._cache.move_to_end(span)
+            for t in self._spans.passed(span, self._cache):
+                self._uncache(t)
+            while len(self._cache) > limit:
+                self._uncache(next(iter(self._cache)))
         return views
 
     def _reads(self, names: Sequence[str]) -> list[str]:
@@ -584,7 +602,8 @@ class Table(Closing):
         # On object storage: every missing row group's GETs in flight before the first decode.
         # Keyed by the first span of each row group (a sub-window's bytes are its group's).
         heads = {s: self._spans.head(s) for s in spans}
-        fetched = {h: self._pending.pop(h) for h in set(heads.values()) if h in self._pending}
+        with self._cache_lock:
+            fetched = {h: self._pending.pop(h) for h in set(heads.values()) if h in self._pending}
         if self._objects is not None:
             todo = [s for s in spans if heads[s] not in fetched]
             fetched.update(
@@ -609,13 +628,14 @@ class Table(Closing):
         views = {s: self._views(s, names, fetched.get(heads[s]), decoded.get(s)) for s in spans}
         for fetch in fetched.values():  # a stream's, read ahead for a sub-window cached since
             fetch.discard()
-        if self._held_rows or not self._maps:
-            gathered = sum(
-                self._spans.rows(s)
-                for s in views
-                if s not in self._cache and not mapped(self._parts[int(self._spans.part[s])])
-            )
-            self.peak_rows = max(self.peak_rows, self._held_rows + gathered)
+        with self._cache_lock:
+            if self._held_rows or not self._maps:
+                gathered = sum(
+                    self._spans.rows(s)
+                    for s in views
+                    if s not in self._cache and not mapped(self._parts[int(self._spans.part[s])])
+                )
+                self.peak_rows = max(self.peak_rows, self._held_rows + gathered)
         fill = self.map_fill if _POPULATE and self.map_fill.on else None
         if fill is not None:
             ranges = row_ranges(self._parts, self._spans, self._columns, names, groups, views)
