@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from headrace._messages import write_json
 from headrace.bench._probe_stats import probe_stats
 from headrace.bench._probe_table import BLOCK, table
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, HeadraceError
 from headrace.io import RangeReader, ReaderConfig
-from headrace.io._file import url_typo
+from headrace.io._file import file_url_path, url_typo
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 from headrace.io._resident import drop_pages, resident_ranges
 from headrace.io._uring import ring_pool
@@ -55,6 +56,9 @@ __all__ = ["configure", "run"]
 MiB = 1024 * 1024
 CHUNK = MiB
 SEQ_REQUEST = MiB
+#: the most bytes one measurement reads in a round (one call, held in memory whole): a
+#: sequential one read 1/24 of the file, 42 GiB a round of a 1 TiB dataset file
+ROUND_BUDGET = 256 * MiB
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,7 +118,7 @@ def _size(text: str) -> int:
         if t and t[-1] in units:
             return int(float(t[:-1]) * units[t[-1]])
         return int(t)
-    except ValueError:
+    except (ValueError, OverflowError):  # "infG": float("inf") has no int
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 256M)") from None
 
 
@@ -140,7 +144,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-cache", action="store_true", help="do not drop the file's cached pages first"
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write results as JSON here")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write results as JSON here (- for stdout; the table then goes to stderr)",
+    )
     parser.add_argument(
         "--endpoint",
         default=None,
@@ -268,7 +277,8 @@ def _plan(
     # Whole requests only: a region of 341 KiB read as one "1 MiB" request made
     # MB/s disagree with ops/s x the request size shown. A region too small for
     # one request leaves the measurement unmade (reported as skipped).
-    region = seq_bytes // max(1, len(seq) * rounds) // SEQ_REQUEST * SEQ_REQUEST
+    region = min(seq_bytes // max(1, len(seq) * rounds), ROUND_BUDGET)
+    region = region // SEQ_REQUEST * SEQ_REQUEST
     for k, (i, r) in enumerate((i, r) for r in range(rounds) for i in seq):
         start = k * region
         plan[i, r] = [(o, SEQ_REQUEST) for o in range(start, start + region, SEQ_REQUEST)]
@@ -285,10 +295,24 @@ def _plan(
         keys = [(i, r) for r in range(rounds) for i in members]
         n_stripes = max(1, len(keys))
         chunk = CHUNK if (hi - lo) // n_stripes >= 2 * CHUNK else 64 * 1024
+
+        def clearance(chunk: int, spills: bool = members is mapped) -> int:
+            # Only mapped reads need clear chunk edges (their read-around spills).
+            return min(128 * 1024, chunk // 8) if spills else 0
+
+        # A chunk holds whole requests: --row-bytes 1000000 (an image a row) fitted in
+        # no 1 MiB chunk, and was "skipped: too few bytes" on a file of any size. Wider
+        # chunks where every stripe gets one; else the wide requests go unmade, and the
+        # rest keep their chunks.
+        widest = max((meas[i].request_bytes for i in members), default=0)
+        wide = chunk
+        while wide - 2 * clearance(wide) - widest - 100 <= 0:
+            wide *= 2
+        if (hi - lo) // n_stripes >= wide:
+            chunk = wide
+        edge = clearance(chunk)
         first_chunk = -(-lo // chunk)
         last_chunk = hi // chunk
-        # Only mapped reads need clear chunk edges (their read-around spills).
-        edge = min(128 * 1024, chunk // 8) if members is mapped else 0
         for k, (i, r) in enumerate(keys):
             req = meas[i].request_bytes
             # Neighbours stay 16 KiB apart: beyond a random buffered read's
@@ -298,10 +322,33 @@ def _plan(
             in_chunk = np.arange(edge, chunk - edge - req - shift, spacing)
             chunks = np.arange(first_chunk + k, last_chunk, n_stripes)
             slots = (chunks[:, None] * chunk + in_chunk[None, :]).ravel() + shift
-            n = min(len(slots), max(1, ops // rounds))
+            n = min(len(slots), max(1, ops // rounds), max(1, ROUND_BUDGET // req))
             picked = rng.choice(slots, size=n, replace=False) if len(slots) else slots
             plan[i, r] = [(int(o), req) for o in picked]
     return plan
+
+
+#: the most data extents :func:`hole_bytes` walks (a fragmented sparse file has many)
+HOLE_EXTENTS = 100_000
+
+
+def hole_bytes(fd: int, size: int) -> int:
+    """Bytes of the file's first ``size`` that are holes (``SEEK_DATA`` / ``SEEK_HOLE``;
+    at least that many after :data:`HOLE_EXTENTS` extents; 0 where the filesystem does
+    not say). A hole reads as zeros the filesystem makes up: no device read."""
+    holes = pos = 0
+    try:
+        for _ in range(HOLE_EXTENTS):
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+            holes += min(data, size) - pos
+            pos = os.lseek(fd, data, os.SEEK_HOLE)
+            if pos >= size:
+                break
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # EINVAL and the like: holes not reported here
+            return 0
+        holes += size - pos  # ENXIO: no data from pos to the end
+    return max(0, holes)
 
 
 def _reference_digest(fd: int, ranges: list[tuple[int, int]]) -> str:
@@ -379,28 +426,38 @@ def probe(
     cached: dict[int, list[float]] = {i: [] for i in range(len(meas))}
     ok = dict.fromkeys(range(len(meas)), True)
     ran: dict[int, set[str]] = {i: set() for i in range(len(meas))}
+    # Engines whose O_DIRECT reads the filesystem refused, though it took the open (some
+    # FUSE mounts answer EINVAL): the read's error, which stopped the whole probe.
+    refused: dict[str, str] = {}
     ref_fd = os.open(path, os.O_RDONLY)
     try:
+        holes = hole_bytes(ref_fd, file_bytes)
         for r in range(rounds):
             order = range(len(meas)) if r % 2 == 0 else reversed(range(len(meas)))
             for i in order:
                 ranges = plan[i, r]
-                if not ranges:
+                if not ranges or (meas[i].mode == "odirect" and meas[i].engine in refused):
                     continue
                 if drop_cache:  # before each one: no measurement reads another's pages
                     drop_pages(path)
                 cached[i].append(_cached_share(ref_fd, file_bytes, ranges))
-                with RangeReader(meas[i].config()) as reader:
-                    f = reader.file(path)
-                    # Map or open before the clock starts: probes time reads only.
-                    if meas[i].mode == "mmap":
-                        _ = f.mapped
-                    elif meas[i].mode == "odirect":
-                        _ = f.direct_fd
-                    t0 = time.perf_counter()
-                    got = reader.read(path, ranges)
-                    seconds = time.perf_counter() - t0
-                    ran[i].add(reader.stats.engine)
+                try:
+                    with RangeReader(meas[i].config()) as reader:
+                        f = reader.file(path)
+                        # Map or open before the clock starts: probes time reads only.
+                        if meas[i].mode == "mmap":
+                            _ = f.mapped
+                        elif meas[i].mode == "odirect":
+                            _ = f.direct_fd
+                        t0 = time.perf_counter()
+                        got = reader.read(path, ranges)
+                        seconds = time.perf_counter() - t0
+                        ran[i].add(reader.stats.engine)
+                except (HeadraceError, OSError) as exc:
+                    if meas[i].mode != "odirect":
+                        raise
+                    refused[meas[i].engine] = str(exc)
+                    continue
                 h = hashlib.sha256()
                 for g in got:
                     h.update(g.tobytes())
@@ -409,9 +466,20 @@ def probe(
                 acc[i][1] += seconds
     finally:
         os.close(ref_fd)
+    skipped.extend(
+        {
+            "mode": "odirect",
+            "engine": engine,
+            "reason": f"the filesystem took the O_DIRECT open but refused a read ({why}): "
+            "no O_DIRECT figures on this engine",
+        }
+        for engine, why in refused.items()
+    )
     results = []
     for i, m in enumerate(meas):
         n, s = int(acc[i][0]), acc[i][1]
+        if m.mode == "odirect" and m.engine in refused:
+            continue  # said above, once: not "no stripe", nor a first round's figure alone
         if n == 0:
             skipped.append(
                 {
@@ -454,6 +522,8 @@ def probe(
         "filesystem": fs,
         "cache": "memory" if memory else ("dropped" if drop_cache else "kept"),
         "file_bytes": file_bytes,
+        #: bytes in holes (a sparse file), which read as zeros no device is asked for
+        "hole_bytes": holes,
         "mb": "10^6 bytes",
         "rounds": rounds,
         "results": [asdict(x) for x in results],
@@ -489,10 +559,38 @@ def _run_object(args: argparse.Namespace) -> int:
         seed=args.seed,
         store_options=_store_options(args),
     )
-    print(object_table(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return _output(args.json, report, object_table(report))
+
+
+def _output(json_path: str | None, report: dict[str, Any], text: str) -> int:
+    """Print the table and write ``--json``: to stdout for ``-`` (a file named ``-`` was
+    written, and `probe F --json - | jq` read the table), the table then to stderr. A
+    report that cannot be written is said after the table (it was a traceback, and the
+    figures measured were lost with it)."""
+    lost: ConfigError | None = None
+    if json_path is not None and json_path != "-":
+        try:
+            write_json(json_path, report)
+        except ConfigError as exc:
+            lost = exc
+    print(text, file=sys.stderr if json_path == "-" else sys.stdout)
+    if json_path == "-":
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    if lost is not None:
+        _say(str(lost))
+        return 2
     return 0 if all(x["verified"] for x in report["results"]) else 1
+
+
+def _stats(folder: str) -> dict[str, Any]:
+    """:func:`probe_stats` of ``folder``, or why there is none where it cannot be listed
+    (a folder that may be entered, not read: its scandir's PermissionError was a
+    traceback before anything was measured)."""
+    try:
+        return probe_stats(folder)
+    except OSError as exc:
+        return {"folder": folder, "skipped": f"cannot list {folder} ({exc.strerror})"}
 
 
 def _say(message: str) -> None:
@@ -513,11 +611,19 @@ def run(args: argparse.Namespace) -> int:
     if args.seed < 0:  # (NumPy's generators take none: a traceback)
         _say(f"--seed must be >= 0 (got --seed {args.seed}); e.g. --seed 1")
         return 2
-    if args.json is not None:
+    if args.json == "":  # `--json "$OUT"`, OUT unset: refused as "'.' is a folder"
+        _say(
+            "--json '' is empty (an unset shell variable?): give the report's path, - for "
+            "stdout, or leave --json out"
+        )
+        return 2
+    if args.json is not None and args.json != "-":
         from headrace._output_path import check_output_path, refuse_output_over_input
 
-        check_output_path("--json", str(args.json))  # before minutes of probing, not after
-        refuse_output_over_input("--json", str(args.json), args.path, ())
+        check_output_path("--json", args.json)  # before minutes of probing, not after
+        # file:///d/x.bin --json /d/x.bin: the file the URL names, not the URL, compared
+        data = file_url_path(args.path) if args.path.startswith("file://") else args.path
+        refuse_output_over_input("--json", args.json, data, ())
     if is_object_url(args.path):
         return _run_object(args)
     scratch: Path | None = None
@@ -526,7 +632,7 @@ def run(args: argparse.Namespace) -> int:
     # and attributes (1 s on FUSE), and stats answered from there say nothing of it.
     stats: dict[str, Any] = {}
     if target.is_dir():
-        stats = probe_stats(str(target))
+        stats = _stats(str(target))
         read_only = _unwritable(target)
         if read_only is None:
             # Checked here, where the scratch file is written: a file or an object
@@ -566,7 +672,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             path = str(scratch)
     elif target.is_file():
-        stats = probe_stats(str(target.parent.absolute()))
+        stats = _stats(str(target.parent.absolute()))
         path = str(target)
         if target.stat().st_size < MiB:
             _say(
@@ -612,7 +718,4 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if scratch is not None:
             scratch.unlink(missing_ok=True)
-    print(table(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if all(x["verified"] for x in report["results"]) else 1
+    return _output(args.json, report, table(report))

@@ -56,7 +56,11 @@ def probe_object(
         size = store.size(key)
         sizes = sorted({s for s in (*SIZES, row_bytes) if s <= size})
         if not sizes:
-            raise ConfigError(f"{url}: {size} bytes is too small to probe (needs >= 4096)")
+            raise ConfigError(
+                f"{url}: {size:,} bytes is too small to probe: its smallest request is "
+                f"{min(*SIZES, row_bytes):,} bytes; give a larger object"
+                + (f", or rows that fit (e.g. --row-bytes {size})" if size else "")
+            )
         skipped = [
             {
                 "mode": "get",

@@ -111,7 +111,14 @@ def table(report: dict[str, Any]) -> str:
             f"note: {fs['fstype']} keeps files in memory: every figure is a memory read, "
             "not a device's; probe a file on the storage you mean to train from"
         )
-    elif report.get("cache") == "kept":
+    holes, size = report.get("hole_bytes", 0), report["file_bytes"]
+    if size and holes >= size / 100:
+        lines.append(
+            f"note: {holes:,} of the file's {size:,} bytes ({holes / size:.0%}) are holes (a "
+            "sparse file): reads there return zeros the filesystem makes up, so those "
+            "figures are not the device's; probe a file written in full"
+        )
+    if report.get("cache") == "kept":
         lines.append(
             "note: --keep-cache: buffered figures may be page-cache reads (the file's "
             "cached pages were not dropped); O_DIRECT rows read the device"
