@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
+from contextlib import nullcontext, redirect_stdout
 from typing import Any
 
 from headrace._messages import byte_size, write_json
@@ -39,7 +41,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="remove the entries not read or written for DAYS days",
     )
     what.add_argument("--clear", action="store_true", help="remove every entry")
-    p.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the summary as JSON (- for stdout)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,18 +57,26 @@ def run(args: argparse.Namespace) -> int:
             f"--prune-days {args.prune_days:g}: expected a finite number of days >= 0, e.g. "
             "--prune-days 7 (the entries unused for 7 days); --clear removes every entry"
         )
-    if args.json:
+    if args.json == "":  # `--json "$OUT"`, OUT unset: no report, and no word of it
+        raise ConfigError(
+            "--json '' is empty (an unset shell variable?): give the report's path, or "
+            "leave --json out"
+        )
+    if args.json and args.json != "-":
         # Before anything is removed: a --clear went through, then the report failed.
         check_output_path("--json", args.json)
     cache = ObjectCache(directory)
     report: dict[str, Any] = {}
-    if args.clear or args.prune_days is not None:
-        unused = 0.0 if args.clear else args.prune_days * 86_400
-        removed, freed = cache.prune(unused)
-        report["removed_entries"], report["removed_bytes"] = removed, freed
-        print(f"removed {removed:,} entries, {byte_size(freed)}")
-    report.update(cache.summary())
-    _print(report)
+    # With --json -, stdout is the report's (a file named "-" was written).
+    said = redirect_stdout(sys.stderr) if args.json == "-" else nullcontext()
+    with said:
+        if args.clear or args.prune_days is not None:
+            unused = 0.0 if args.clear else args.prune_days * 86_400
+            removed, freed = cache.prune(unused)
+            report["removed_entries"], report["removed_bytes"] = removed, freed
+            print(f"removed {removed:,} entries, {byte_size(freed)}")
+        report.update(cache.summary())
+        _print(report)
     if args.json:
         write_json(args.json, report)
     return 0

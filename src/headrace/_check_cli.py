@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 from typing import Any
@@ -485,7 +484,7 @@ def _tell(
                 for p in report.problems
             ],
         }
-        _write_json(args.json, data)
+        write_json(args.json, data)
 
 
 def _tell_stopped(args: argparse.Namespace, exc: HeadraceError) -> None:
@@ -517,19 +516,9 @@ def _tell_stopped(args: argparse.Namespace, exc: HeadraceError) -> None:
         ],
     }
     try:
-        _write_json(args.json, data)
+        write_json(args.json, data)
     except HeadraceError as lost:  # said after the error that stopped the check
         exc.add_note(str(lost))
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    """The ``--json`` report: to ``path``, or to stdout for ``-`` (a file named ``-`` was
-    written, and `check DATA --json - | jq` read the summary lines)."""
-    if path != "-":
-        write_json(path, data)
-        return
-    json.dump(data, sys.stdout, indent=2)
-    print(flush=True)
 
 
 def _class_samples(source: Any) -> dict[str, int] | None:

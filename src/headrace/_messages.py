@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -134,8 +135,14 @@ def unknown_keys(
 
 
 def write_json(path: str, data: Any) -> None:
-    """A command's ``--json PATH`` report, indented; a path that cannot be written is a
-    ``ConfigError`` naming it."""
+    """A command's ``--json PATH`` report, indented (``-``: to stdout, where the command
+    then prints its table to stderr); a path that cannot be written is a ``ConfigError``
+    naming it."""
+    if path == "-":
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        return
     try:
         with open(path, "w") as fh:
             json.dump(data, fh, indent=2)

@@ -135,3 +135,19 @@ def test_a_cache_dir_under_home_is_expanded_as_local_paths_are(
     assert os.listdir(work) == [] and (home / ".cache" / "hr").is_dir()
     assert main(["cache", "~/.cache/hr", "--clear"]) == 0
     assert "removed 1 entries" in capsys.readouterr().out
+
+
+def test_cache_json_dash_writes_the_summary_to_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `headrace cache DIR --json -` wrote a file named "-", as check and probe did.
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c").mkdir()
+    assert main(["cache", str(tmp_path / "c"), "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["entries"] == 0 and "0 entries" in err
+    assert not (tmp_path / "-").exists()
+    assert main(["cache", str(tmp_path / "c"), "--json", ""]) == 2
+    assert "--json '' is empty" in capsys.readouterr().err

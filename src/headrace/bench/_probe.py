@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import errno
 import hashlib
-import json
 import mmap
 import os
 import sys
@@ -575,8 +574,7 @@ def _output(json_path: str | None, report: dict[str, Any], text: str) -> int:
             lost = exc
     print(text, file=sys.stderr if json_path == "-" else sys.stdout)
     if json_path == "-":
-        json.dump(report, sys.stdout, indent=2)
-        print()
+        write_json("-", report)
     if lost is not None:
         _say(str(lost))
         return 2
