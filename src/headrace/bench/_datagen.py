@@ -32,6 +32,7 @@ __all__ = [
     "is_complete",
     "mark_complete",
     "record_sizes",
+    "recorded_sizes",
     "token_bytes_to_write",
     "write_token_file",
     "written_whole",
@@ -139,7 +140,8 @@ def clear_scratch(root: str) -> None:
 SIZES = ".headrace-sizes.json"
 
 
-def _load_sizes(root: str) -> dict[str, int]:
+def recorded_sizes(root: str) -> dict[str, int]:
+    """The sizes :func:`record_sizes` recorded under ``root``, by path relative to it."""
     try:
         with open(os.path.join(root, SIZES)) as f:
             sizes = json.load(f)
@@ -157,7 +159,7 @@ def drop_damaged(root: str, paths: list[str]) -> list[str]:
     generators keep any file that exists, and a reader then benchmarks short records
     (raw files) or fails mid-run. Returns the files removed.
     """
-    sizes = _load_sizes(root)
+    sizes = recorded_sizes(root)
     out = []
     for p in paths:
         want = sizes.get(os.path.relpath(p, root))
@@ -169,7 +171,7 @@ def drop_damaged(root: str, paths: list[str]) -> list[str]:
 
 def record_sizes(root: str, paths: list[str]) -> None:
     """Remember the size of each of ``paths`` (a complete dataset) under ``root``."""
-    sizes = _load_sizes(root)
+    sizes = recorded_sizes(root)
     # (A file a read-only root lacks, a sidecar newer than its dataset, is not recorded.)
     here = [p for p in paths if os.path.exists(p)]
     new = {**sizes, **{os.path.relpath(p, root): os.path.getsize(p) for p in here}}

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from headrace.bench._dlio_keys import not_modelled, unknown_keys
-from headrace.bench._files_kind import photo
+from headrace.bench._files_kind import most_pixels, photo
 from headrace.bench._workload import TrainConfig, Workload
 from headrace.errors import ConfigError
 from headrace.formats import encode
@@ -140,6 +140,7 @@ _RAW = {"tfrecord", "indexed_binary", "mmap_indexed_binary", "csv", "data_loader
 # DLIO's older names (its default.yaml, unet3d.yaml and bert.yaml still use them).
 _LEGACY = "dlio_"
 _NOISE = 80  # the files kind's photo noise (its default)
+_TRIAL_SIDE = 2048  # the largest side _image_side encodes an image at
 
 
 def _storage(
@@ -314,8 +315,11 @@ def _image_side(fmt: str, record: int) -> int:
     photo is about a quarter of its pixels' bytes; sized by pixels alone, ResNet-50's
     150.5 kB records were 37 kB JPEGs)."""
     side = max(8, round(math.sqrt(record / 3)))
+    # Encoded at most _TRIAL_SIDE a side, a larger one sized by its pixels from it: a
+    # record of 1e15 B asked NumPy for 4.74 PiB (a MemoryError), 2e10 B for tens of GB.
+    trial = min(side, _TRIAL_SIDE)
     try:
-        stored = len(encode(fmt, photo(0, (side, side, 3), _NOISE)))
+        stored = len(encode(fmt, photo(0, (trial, trial, 3), _NOISE))) * (side / trial) ** 2
     except (ImportError, ConfigError):  # no image codec here: the run will say so
         return side
     return max(8, round(side * math.sqrt(record / stored)))
@@ -515,6 +519,16 @@ def dlio_workload(
         # --record-scale.
         # An image's record is its side: its stored size is measured from one encoded.
         side = _image_side(out_fmt, dataset.pop("record_bytes"))
+        most = most_pixels()
+        if most is not None and side * side > most:
+            # Generated, the image took all memory; the decoders refuse it (a bomb).
+            scaled = f" (x --record-scale {record_scale:g})" if record_scale != 1 else ""
+            raise ConfigError(
+                f"{where}.record_length_bytes {record:g}{scaled} makes {fmt} images of "
+                f"{side:,} x {side:,} pixels, more than the decoders take ({most:,}: twice "
+                "PIL.Image.MAX_IMAGE_PIXELS): give a smaller record_length_bytes (at most "
+                f"about {record * most / (side * side) / record_scale:.3g})"
+            )
         dataset["image_hw"] = [side, side]
         if stdev:  # every image here is image_hw in size
             image_note = f"; record stdev {stdev:g} not modelled: images are all {side}x{side}"

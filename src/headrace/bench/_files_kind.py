@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.bench._datagen import written_whole
+from headrace.bench._datagen import recorded_sizes, written_whole
 from headrace.bench._kind import Batch, Kind, filled
 from headrace.bench._storage import Storage
-from headrace.bench._workload import finite, refuse
+from headrace.bench._workload import Section, finite, refuse
 from headrace.errors import ConfigError
 from headrace.formats import (
     FilePlan,
@@ -44,7 +44,10 @@ from headrace.formats._images import ImageMode, check_image_mode
 from headrace.io._daemon_pool import one_call_pool
 from headrace.plan import host_slice, step_samples
 
-__all__ = ["FilesKind", "photo"]
+__all__ = ["FilesKind", "most_pixels", "photo"]
+
+#: Files whose record sizes :meth:`FilesKind.record_bytes` draws, at most, for its estimate.
+_SIZES_DRAWN = 100_000
 
 _EXT = {"npz": ".npz", "npy": ".npy", "jpeg": ".jpg", "png": ".png", "hdf5": ".h5", "raw": ".bin"}
 
@@ -65,6 +68,17 @@ def photo(seed: int, shape: tuple[int, int, int], noise: int) -> NDArray[np.uint
     return out
 
 
+def most_pixels() -> int | None:
+    """The most pixels an image the decoders take may have: twice Pillow's
+    decompression-bomb limit, as :mod:`headrace.formats._images` refuses (None: none)."""
+    try:
+        from PIL import Image
+    except ImportError:  # no decoder here: the run will say so
+        return None
+    limit = Image.MAX_IMAGE_PIXELS
+    return None if limit is None else 2 * int(limit)
+
+
 class FilesKind(Kind):
     """``files`` files of ``samples_per_file`` samples, on local disk or an object store."""
 
@@ -74,6 +88,7 @@ class FilesKind(Kind):
     def __init__(self, workload: Any, root: str) -> None:
         super().__init__(workload, root)
         ds, rd = workload.dataset, workload.reader
+        self._dataset: Section = ds  # its keys' flags name them in check_run
         self.format = file_format(str(ds.get("format", "npz"))).name
         # Whole numbers (int() read 10.5 as 10); their range is checked below.
         self.num_files: int = ds.count("files", 16, least=None)
@@ -93,6 +108,15 @@ class FilesKind(Kind):
                 "measured before the run; size images with image_hw",
             )
             self.image_hw = ds.pair("image_hw", self.image_hw, least=1)
+            most = most_pixels()
+            if most is not None and self.image_hw[0] * self.image_hw[1] > most:
+                # Measuring one encoded (bench --list) asked NumPy for PiB: a MemoryError.
+                raise ConfigError(
+                    f"{ds.named('image_hw', list(self.image_hw))}: images of "
+                    f"{self.image_hw[0] * self.image_hw[1]:,} pixels, more than the decoders "
+                    f"take ({most:,}: twice PIL.Image.MAX_IMAGE_PIXELS): give a smaller "
+                    "image_hw"
+                )
             self.noise = ds.count("noise", self.noise, least=0)  # -1: NumPy's "low >= high"
             refuse(ds, "record_bytes_stdev", "images are all image_hw in size")
             if self.format == "jpeg":
@@ -209,10 +233,49 @@ class FilesKind(Kind):
         )
         return encode(self.format, arrays)
 
+    def _cut_short(self, i: int, p: str) -> bool:
+        """Whether file ``i`` at ``p`` lacks its end, by a cheap check of its format: the
+        size of a raw file or of an NPY array, a JPEG's end marker, a PNG's IEND, a zip's
+        end record, an HDF5 file's own end address (HDF5 refuses it open)."""
+        size = os.path.getsize(p)
+        if self.format == "raw":
+            return size != self.record_size(i)
+        try:
+            with open(p, "rb") as f:
+                if self.format == "npy":
+                    fmt = np.lib.format
+                    major, _ = fmt.read_magic(f)
+                    header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+                    shape, _, dtype = header(f)
+                    return size != f.tell() + int(np.prod(shape)) * dtype.itemsize
+                if self.format == "hdf5":
+                    from headrace.formats._hdf5 import _h5py
+
+                    with _h5py().File(f, "r"):
+                        return False
+                end = {"jpeg": b"\xff\xd9", "png": b"IEND\xaeB`\x82", "npz": b"PK\x05\x06"}
+                tail = end[self.format]
+                # a zip's end record: its signature and 18 bytes (numpy writes no comment)
+                back = len(tail) + (18 if self.format == "npz" else 0)
+                f.seek(max(size - back, 0))
+                return not f.read().startswith(tail)
+        except (OSError, ValueError, SyntaxError):
+            return True
+
     def generate(self, progress: Callable[[int, int], None] | None = None) -> None:
         os.makedirs(self.folder, exist_ok=True)
+        # Files whose size no whole write recorded (a folder copied without its root's
+        # record, a gen killed before it wrote it) are checked, cheaply, for a cut end:
+        # a short file was kept, recorded as whole, and read by every later run.
+        recorded = recorded_sizes(self.root)
         for i in range(self.num_files):
             p = self.path(i)
+            if (
+                os.path.exists(p)
+                and os.path.relpath(p, self.root) not in recorded
+                and self._cut_short(i, p)
+            ):
+                os.remove(p)
             if not os.path.exists(p):
                 with written_whole(p) as tmp, open(tmp, "wb") as f:
                     f.write(self._file_bytes(i))
@@ -265,7 +328,14 @@ class FilesKind(Kind):
         # the other variants (after generating and uploading) and failed at iterable.
         w = t.world_size
         need = -(-host_batch // self.per_file)  # files in the shard for one whole batch
-        more = f"--files {(need - 1) * w + t.rank + 1} or more"
+        k = (need - 1) * w + t.rank + 1
+        # The setting as the user gave it: "use --files 16" for files = 8 in the file
+        # named a flag never typed.
+        ds = self._dataset
+        flag = ds.flags.get("files")
+        more = (
+            f"{flag} {k} or more" if flag else f"files = {k} or more in {ds.where} (or --files {k})"
+        )
         # Batches split evenly over hosts: B / W <= n, B a multiple of W. A host without
         # any file (rank >= files) gets no batch at any size.
         less = f", --batch-size {n * w} or less" if n else ""
@@ -290,7 +360,11 @@ class FilesKind(Kind):
         return np.array([os.path.getsize(p) for p in self.files()], dtype=np.int64)
 
     def _generated(self) -> bool:
-        return all(os.path.exists(p) for p in self.files())
+        # One path at a time, stopping at the first missing: files() built every path
+        # first, and `bench -w jpeg --files 1000000000 --list` hung on it.
+        return os.path.isdir(self.folder) and all(
+            os.path.exists(self.path(i)) for i in range(self.num_files)
+        )
 
     def payload_counts(self) -> str:
         # Naming the run's own: "the raw ones and the ceiling" was said of runs without them.
@@ -319,8 +393,19 @@ class FilesKind(Kind):
         if self.format in ("jpeg", "png"):
             # Every image has the same shape and noise: one encoded is the others' size.
             return float(len(self._file_bytes(0)))
-        records = float(np.mean([self.record_size(i) for i in range(self.num_files)]))
-        return records + self._container_bytes() / self.per_file
+        return self._mean_record_size() + self._container_bytes() / self.per_file
+
+    def _mean_record_size(self) -> float:
+        """The mean of :meth:`record_size` over the files: exact up to ``_SIZES_DRAWN``
+        files, else over that many spread evenly across them (drawing every file's size
+        took hours for a billion files, for an estimate)."""
+        if not self.stdev:
+            return float(self.record_size(0))
+        n = self.num_files
+        drawn = (
+            range(n) if n <= _SIZES_DRAWN else np.linspace(0, n - 1, _SIZES_DRAWN, dtype=np.int64)
+        )
+        return float(np.mean([self.record_size(int(i)) for i in drawn]))
 
     def _container_bytes(self) -> int:
         """An array file's bytes beside its records: a header, NPZ/HDF5's labels and

@@ -80,7 +80,12 @@ class ParquetKind(Kind):
                 "must be >= 1"
             )
         if self.rows < self.num_files:
-            raise ConfigError(f"workload {workload.name!r}: fewer rows than files")
+            # "fewer rows than files" alone named neither value nor what to change.
+            raise ConfigError(
+                f"{ds.named('files', self.num_files)} is more files than "
+                f"{ds.named('rows', self.rows)} has rows; each file holds at least one row: "
+                "give fewer files or more rows"
+            )
         t = workload.train
         self.lo, self.hi = host_slice(t.batch_size, t.rank, t.world_size)
         self.store: Storage = Storage(workload, os.path.basename(self.folder))

@@ -38,13 +38,14 @@ from headrace.io._file import url_typo
 __all__ = ["bench_s3", "endpoint_info", "split_s3_url", "upload"]
 
 
-def split_s3_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/prefix`` -> (bucket, prefix without slashes at the ends)."""
+def split_s3_url(url: str, name: str = "--storage-url") -> tuple[str, str]:
+    """``s3://bucket/prefix`` -> (bucket, prefix without slashes at the ends); ``name``
+    is how a refusal names the setting (``jpeg.toml [reader]: storage_url``)."""
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
         meant = url_typo(url)  # s3:/bkt/x (one slash): said "must look like" alone
         raise ConfigError(
-            f"--storage-url must look like s3://bucket/prefix (got {url!r}"
+            f"{name} must look like s3://bucket/prefix (got {url!r}"
             + (f"; did you mean {meant!r}?)" if meant else ")")
         )
     return parts.netloc, parts.path.strip("/")

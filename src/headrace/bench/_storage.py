@@ -71,7 +71,10 @@ class Storage:
                 f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
             )
         if rd.get("storage_url"):
-            split_s3_url(str(rd["storage_url"]))
+            # Named as the user gave it: the flag, else the file's key (a URL from the
+            # workload file was refused as "--storage-url", a flag never typed).
+            named = rd.flags.get("storage_url") or f"{rd.where}: storage_url"
+            split_s3_url(str(rd["storage_url"]), named)
         self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
         self.endpoint = rd.get("endpoint") or None
         latency = rd.get("latency_ms") or 0

@@ -177,10 +177,15 @@ class TokenKind(TokenPayload):
                 f"{ds.where}: token_file_gib must be a finite number > 0; got {gib:g}"
             )
         self.num_tokens = int(gib * GiB) // self.dtype.itemsize
-        if self.num_tokens < 2 * (self.context + 1):
+        least = 2 * (self.context + 1)  # two samples of context + 1 tokens
+        if self.num_tokens < least:
+            # It named neither the setting nor the size that would do.
+            need = math.ceil(least * self.dtype.itemsize / GiB * 1e6) / 1e6
             raise ConfigError(
-                f"workload {workload.name!r}: token file of {self.num_tokens} tokens is too "
-                f"small for context {self.context}"
+                f"{ds.named('token_file_gib', gib)}: a token file of {self.num_tokens} "
+                f"tokens is too small for context {self.context} (two samples of "
+                f"context + 1 tokens): give {ds.flags.get('token_file_gib') or 'token_file_gib ='} "
+                f"{need:g} or more"
             )
         self.read_settings(workload)
         self.store: Storage = Storage(workload, "tokens", caches=True)
