@@ -57,12 +57,7 @@ def run(args: argparse.Namespace) -> int:
             f"--prune-days {args.prune_days:g}: expected a finite number of days >= 0, e.g. "
             "--prune-days 7 (the entries unused for 7 days); --clear removes every entry"
         )
-    if args.json == "":  # `--json "$OUT"`, OUT unset: no report, and no word of it
-        raise ConfigError(
-            "--json '' is empty (an unset shell variable?): give the report's path, or "
-            "leave --json out"
-        )
-    if args.json and args.json != "-":
+    if args.json is not None and args.json != "-":
         # Before anything is removed: a --clear went through, then the report failed.
         check_output_path("--json", args.json)
     cache = ObjectCache(directory)

@@ -341,12 +341,7 @@ def run(args: argparse.Namespace) -> int:
     if not (slash and i.isdigit() and k.isdigit()):
         raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")
     _check_ranges(args, int(i), int(k))
-    if args.json == "":  # `--json "$OUT"`, OUT unset: it checked and wrote no report
-        raise ConfigError(
-            "--json '' is empty (an unset shell variable?): give the report's path, or "
-            "leave --json out"
-        )
-    if args.json and args.json != "-":
+    if args.json is not None and args.json != "-":
         # Before the check, which can take hours: it wrote nothing, and exited 2, after.
         check_output_path("--json", args.json)
         from headrace.formats import file_format

@@ -11,7 +11,13 @@ __all__ = ["check_output_path", "refuse_output_over_input"]
 
 
 def check_output_path(flag: str, path: str) -> None:
-    """Refuse an unwritable output path before the run, not after minutes of it."""
+    """Refuse an unwritable output path before the run, not after minutes of it (and an
+    empty one: ``--json "$OUT"``, OUT unset, read as no flag or as the folder '.')."""
+    if path == "":
+        raise ConfigError(
+            f"{flag} '' is empty (an unset shell variable?): give the output's path, or "
+            f"leave {flag} out"
+        )
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         example = "r.png" if flag == "--plot" else "r.json"

@@ -609,12 +609,6 @@ def run(args: argparse.Namespace) -> int:
     if args.seed < 0:  # (NumPy's generators take none: a traceback)
         _say(f"--seed must be >= 0 (got --seed {args.seed}); e.g. --seed 1")
         return 2
-    if args.json == "":  # `--json "$OUT"`, OUT unset: refused as "'.' is a folder"
-        _say(
-            "--json '' is empty (an unset shell variable?): give the report's path, - for "
-            "stdout, or leave --json out"
-        )
-        return 2
     if args.json is not None and args.json != "-":
         from headrace._output_path import check_output_path, refuse_output_over_input
 
