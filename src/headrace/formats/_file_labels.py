@@ -14,6 +14,7 @@ numbers the others as its training split does.
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -108,6 +109,9 @@ def file_classes(
     # ImageNet's 1.28M), and only the class names after that.
     if isinstance(labels, dict):
         named = [labels.get(k, "") for k in keys]
+        if "" in named:  # names in the other Unicode form (macOS's NFD, typed NFC)?
+            nfc = {_nfc(k): c for k, c in labels.items()}
+            named = [c or nfc.get(_nfc(k), "") for k, c in zip(keys, named, strict=True)]
     elif rooted:
         named = [head if sep else "" for head, sep, _ in (k.partition("/") for k in keys)]
     else:
@@ -132,6 +136,10 @@ def file_classes(
         )
     names = sorted(found) if classes is None else list(classes)
     number = {c: i for i, c in enumerate(names)}
+    if classes is not None and not found <= set(number):
+        # A folder copied from macOS (NFD) and a name typed elsewhere (NFC) print alike.
+        by_form = {_nfc(c): i for i, c in enumerate(names)}
+        number |= {c: by_form[_nfc(c)] for c in found - set(number) if _nfc(c) in by_form}
     unknown = sorted(found - set(number))
     if unknown:
         example = keys[named.index(unknown[0])]
@@ -144,3 +152,9 @@ def file_classes(
     out = np.fromiter((number[c] for c in named), dtype=np.int32, count=len(named))
     out.setflags(write=False)
     return tuple(names), out
+
+
+def _nfc(name: str) -> str:
+    """``name`` in Unicode's composed form (NFC): "é" as one code point, not "e" and
+    an accent (NFD, as macOS writes file names)."""
+    return unicodedata.normalize("NFC", name)

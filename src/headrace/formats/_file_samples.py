@@ -22,7 +22,8 @@ decode off ``bytes``: ``(B, nbytes)`` ``uint8``, the file as stored
 
 With ``samples_per_file > 1`` each array's leading axis is the sample axis
 and item ``i`` is ``array[i]``. Samples of one dtype in both byte orders stack
-into a native array (``np.stack``'s). Samples whose shapes or dtypes differ within
+into a native array (``np.stack``'s); a structured dtype keeps the files' layout
+(an aligned one's padding, as zeros). Samples whose shapes or dtypes differ within
 a batch (photos of several sizes, files of several lengths) cannot stack:
 that key becomes a 1-D ``object`` array of per-sample arrays, plus
 ``<key>_shape``, an ``(B, ndim)`` ``int64`` array of their shapes.
@@ -52,7 +53,7 @@ from headrace.formats._tar_ranges import TarImage
 from headrace.formats._tfrecord import decode_tfrecord
 from headrace.formats._tfrecord_ranges import RecordImage
 
-__all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples"]
+__all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples", "zero_padding"]
 
 Sample = dict[str, NDArray[Any]]
 
@@ -210,7 +211,7 @@ def stack_samples(
                 continue
             parts = into.detach(parts)
         if stackable(parts):
-            batch[k] = np.stack(parts)
+            batch[k] = _stack(parts)
             continue
         ragged = np.empty(len(parts), dtype=object)
         for i, p in enumerate(parts):
@@ -228,6 +229,32 @@ def stack_samples(
             shapes[i, : p.ndim] = p.shape
         batch[f"{k}_shape"] = shapes
     return batch
+
+
+def _stack(parts: Sequence[NDArray[Any]]) -> NDArray[Any]:
+    """``np.stack(parts)`` of stackable ``parts``, a structured dtype kept as the files
+    hold it (see :func:`zero_padding`; ``np.stack`` packs one, an aligned layout's
+    padding dropped, as ``np.load`` and a batch gathered from files of several samples
+    do not), native where the parts mix byte orders."""
+    first = parts[0].dtype
+    if first.fields is None:
+        return np.stack(parts)
+    same = all(p.dtype == first for p in parts)
+    out = np.zeros((len(parts), *parts[0].shape), first if same else first.newbyteorder("="))
+    return np.stack(parts, out=out)
+
+
+def zero_padding(a: NDArray[Any]) -> NDArray[Any]:
+    """``a``, or where its dtype is structured, a copy whose padding bytes are zeros.
+
+    NumPy copies a structured array field by field (``.copy()`` too), leaving the
+    bytes between fields unset: a batch's bytes and digests differed run to run,
+    and between a batch gathered from the files (their padding) and one stacked."""
+    if a.dtype.fields is None:
+        return a
+    out = np.zeros(a.shape, a.dtype)
+    out[...] = a
+    return out
 
 
 def sample_digests(batch: Mapping[str, NDArray[Any]]) -> list[str]:

@@ -37,7 +37,7 @@ from headrace.formats._file_labels import file_classes
 from headrace.formats._file_list import FileList, Listing, list_files
 from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_rows import by_rows, rows_above
-from headrace.formats._file_samples import Sample, stack_samples
+from headrace.formats._file_samples import Sample, stack_samples, zero_padding
 from headrace.formats._file_window import FetchWindow, WindowStats
 from headrace.formats._files import FileFormat, file_format, formats_by_extension
 from headrace.formats._hdf5_ranges import RangedHdf5
@@ -572,7 +572,8 @@ class FileSource(Closing):
                 gathered = d.gather(decoded, files, items, want)
                 if gathered is not None:
                     self._count_read(files, self.window.stats)
-                    return self.labelled({"index": index, **gathered})
+                    kept = {k: zero_padding(v) for k, v in gathered.items()}
+                    return self.labelled({"index": index, **kept})
                 picked = [
                     d.pick_checked(decoded[f], f, i, rows=None if want is None else want[f])
                     for f, i in pairs
