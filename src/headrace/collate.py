@@ -72,7 +72,7 @@ def pad_batch(
     ``width=None`` pads to the longest row; an ``int`` fixes it, and a longer
     row raises :class:`ConfigError` naming it unless ``truncate=True``, which
     keeps each row's *first* ``width`` items whatever the side. ``dtype``
-    defaults to the rows' (NumPy's result type across rows; inferred from
+    defaults to the rows' (NumPy's result type across rows, in native byte order; inferred from
     the values for Python lists; never a float64 that rounds an integer:
     integer lists past int64 are uint64, other mixes raise :class:`DataError`);
     ``pad_value`` must fit it. A ``dtype`` that
@@ -95,7 +95,9 @@ def pad_batch(
         seqs = list(seqs)
         values, offsets, rows, torch_out = _flatten(seqs, dtype, width if truncate else None)
         torch_out = torch_out or (asked_torch and not seqs)
-    out_dtype = np.dtype(dtype) if dtype is not None else values.dtype
+    # The rows' dtype in native byte order, as NumPy stacks rows (a big-endian ``>u2``
+    # Ragged came out ``>u2``, which torch.from_numpy refuses).
+    out_dtype = np.dtype(dtype) if dtype is not None else values.dtype.newbyteorder("=")
     if out_dtype.kind not in "biuf":  # None in a row, an int past int64: Python objects
         raise errors.DataError(
             f"pad_batch: the values make an array of {out_dtype} (not numbers NumPy can hold: "

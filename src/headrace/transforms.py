@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace import errors
+from headrace.formats import _ragged
 from headrace.io._pool import SharedPool as _SharedPool
 from headrace.io._pool import usable_cpus as _usable_cpus
 
@@ -421,10 +422,11 @@ def _filled(
     t: RandomCrop, shape: tuple[int, ...], img: NDArray[Any], samples: Samples, i: int
 ) -> NDArray[Any]:
     """The batch's output, ``t.fill`` everywhere; a fill the images' dtype cannot hold
-    named with the sample (NumPy's OverflowError named neither)."""
+    named with the sample (np.full's unsafe cast wrapped a NumPy integer and truncated a
+    float, and its OverflowError for a Python int named neither)."""
     try:
-        return np.full(shape, t.fill, img.dtype)
-    except (OverflowError, ValueError, TypeError):
+        _ragged.check_pad_value(t.fill, img.dtype)
+    except errors.ConfigError:
         allowed = ""
         if img.dtype.kind in "ui":
             info = np.iinfo(img.dtype)
@@ -434,6 +436,7 @@ def _filled(
             f"{int(samples.numbers[i])}'s {t.key!r} is {img.dtype} {img.shape}{allowed}; "
             "give a fill of that range (e.g. fill=0)"
         ) from None
+    return np.full(shape, t.fill, img.dtype)
 
 
 def _copy_mirrored(dest: NDArray[Any], crop: NDArray[Any]) -> None:

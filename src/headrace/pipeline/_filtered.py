@@ -64,7 +64,11 @@ class Filtered(Wrapped):
         )
         if not callable(keep):
             raise ConfigError(f"Filtered: keep must be callable (got {type(keep).__name__}).")
-        if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 1:
+        if (
+            isinstance(max_tries, bool | np.bool_)
+            or not isinstance(max_tries, int | np.integer)
+            or max_tries < 1
+        ):
             raise ConfigError(f"Filtered: max_tries must be an integer >= 1 (got {max_tries!r}).")
         if not isinstance(getattr(source, "samples_per_epoch", None), int | np.integer):
             raise ConfigError(
@@ -75,7 +79,7 @@ class Filtered(Wrapped):
         # keep's generators: a stream of their own, not the loader transform's (which a
         # random keep decided for every sample it kept) nor an inner Filtered's.
         self._stream = KEEP_STREAMS + layers(source, Filtered)
-        self.max_tries = max_tries
+        self.max_tries = int(max_tries)
         self.refused = 0
         self.replaced = 0
 
@@ -112,6 +116,7 @@ class Filtered(Wrapped):
             self.refused += bad.size
             stand = _stand_ins(seed, samples[bad], attempt, n)
             got = self._read_inner(seed, stand)
+            self._check_like(arrays, got)
             held += self._held(got)
             kept = self._kept(got, seed, stand)
             parts.append((bad[kept], _rows(got, kept)))
@@ -128,6 +133,32 @@ class Filtered(Wrapped):
         self.held_bytes = held
         ragged = set(self.ragged_keys).union(*(ragged_keys(p) for _, p in parts))
         return merge_parts(samples.size, parts, ragged)
+
+    def _check_like(self, first: Batch, got: Batch) -> None:
+        """Raise unless the stand-ins' read ``got`` has the keys, dtypes and per-sample
+        shapes of the ``first`` read, but for keys whose samples may differ (merged per
+        sample): its rows would be cast or broadcast into the first read's."""
+        ragged = {*self.ragged_keys, *ragged_keys(first), *ragged_keys(got)}
+        ragged |= {f"{k}_shape" for k in ragged}
+
+        def layout(arrays: Batch) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+            return {k: (v.dtype, v.shape[1:]) for k, v in arrays.items() if k not in ragged}
+
+        want, have = layout(first), layout(got)
+        if have == want:
+            return
+        key = next(k for k in sorted({*want, *have}) if want.get(k) != have.get(k))
+
+        def shown(x: tuple[np.dtype[Any], tuple[int, ...]] | None) -> str:
+            return "no such key" if x is None else f"{x[0]} of per-sample shape {x[1]}"
+
+        raise DataError(
+            f"{self!r}: the stand-ins' read gave {key!r} as {shown(have.get(key))}, the "
+            f"first read as {shown(want.get(key))}: a source's rows must come out alike "
+            "whatever they are read with (a Mapped fn must not pad, crop or cast by the "
+            "read's rows); pad to a fixed width, or give Mapped(ragged_keys=[...]) the "
+            "keys whose samples differ in shape"
+        )
 
     def _held(self, arrays: Batch) -> int:
         """What a read of the inner source held: what it returned, or before its own

@@ -42,8 +42,11 @@ def merge_parts(
         per = np.empty(n, dtype=object)
         for idx, part in parts:
             v = part[k]
+            # A stacked part's sample as an array: v[i] of a 1-D one is a NumPy scalar,
+            # which the loader's lay_out never stacks again (v[i, ...]: a 0-d view).
+            stacked = v.dtype != object
             for i, j in enumerate(idx.tolist()):
-                per[j] = v[i]
+                per[j] = v[i, ...] if stacked else v[i]
         ndim = max(np.ndim(e) for e in per)
         shapes = np.zeros((n, ndim), dtype=np.int64)
         for i, e in enumerate(per):
