@@ -267,10 +267,16 @@ def _header(path: str, raw: Any, size: int) -> tuple[np.dtype[np.generic], int, 
         )
     want = _HEADER.size + 4 * n_seq + 8 * n_seq + 8 * n_doc
     if size != want:
+        # Megatron's multimodal indexes end with one int8 mode a sequence (text, image).
+        modes = (
+            f": the {n_seq} bytes after the document indices are a multimodal index's "
+            "sequence modes (IndexedDataset(..., multimodal=True)), whose sequences are not "
+            "all tokens; pass a text-only .bin/.idx pair"
+        ) * (n_seq > 0 and size == want + n_seq)
         raise FormatError(
             f"{path}: {'truncated' if size < want else 'trailing bytes in'} Megatron index: "
             f"header declares {n_seq} sequences and {n_doc} document entries, which need "
-            f"{want} bytes; file has {size}"
+            f"{want} bytes; file has {size}{modes}"
         )
     return _DTYPES[code], n_seq, n_doc
 

@@ -13,7 +13,7 @@ import mmap
 import os
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
@@ -110,6 +110,10 @@ class TokenWindow:
             assert isinstance(file, LocalFile)
             memory = np.frombuffer(file.mapped, dtype=np.uint8)
             self._bytes = memory[offset : offset + tokens * dtype.itemsize]
+            if self._bytes.size < tokens * dtype.itemsize:
+                # Cut short since its source opened it, before this map was made: the
+                # slice is short, and populating the window would run past the map.
+                _refuse_shrunk(file.path, memory.size, offset, offset + tokens * dtype.itemsize)
         else:
             # May hold a previous window's bytes: ``filled`` says what is ours.
             self._bytes = memory[: tokens * dtype.itemsize]
@@ -320,11 +324,7 @@ class TokenWindow:
         now = os.fstat(self.file.fd).st_size
         end = self.offset + self._bytes.size
         if now < end:
-            raise StorageError(
-                errno.EIO,
-                f"{self.file.path}: file shrank to {now} bytes while open; reading bytes "
-                f"[{self.offset}, {end}) through the file map would fault",
-            )
+            _refuse_shrunk(self.file.path, now, self.offset, end)
 
     def release(self) -> None:
         """Drop a mapped window's pages from this process (the page cache keeps them)."""
@@ -354,3 +354,12 @@ class TokenWindow:
             )
             self._rows.flags.writeable = False
         return self._rows
+
+
+def _refuse_shrunk(path: str, now: int, start: int, end: int) -> NoReturn:
+    """Refuse a window of bytes ``[start, end)`` of a file now ``now`` bytes long."""
+    raise StorageError(
+        errno.EIO,
+        f"{path}: file shrank to {now} bytes while open; reading bytes [{start}, {end}) "
+        "through the file map would fault",
+    )

@@ -267,12 +267,12 @@ def open_token_file(
 ) -> TokenFile:
     """Describe a token file after checking it; reads only sizes and headers.
 
-    ``format="auto"`` picks Megatron when ``PATH.idx`` (or ``PATH`` minus
-    ``.bin`` plus ``.idx``) exists, nanoGPT for ``train.bin``/``val.bin``
-    without a sidecar (uint16), and raw otherwise (dtype from ``dtype`` or the
-    ``PATH.json`` sidecar). ``path`` may be an object URL (``s3://``, ``gs://``,
-    ``az://``, ``http(s)://``, ``file://``); ``store_options`` go to
-    :class:`headrace.io.ObjectStore`.
+    ``format="auto"`` picks Megatron when its index exists (``PATH`` minus
+    ``.bin`` plus ``.idx``; ``PATH.idx`` for a path not ending in ``.bin``),
+    nanoGPT for ``train.bin``/``val.bin`` without a sidecar (uint16), and raw
+    otherwise (dtype from ``dtype`` or the ``PATH.json`` sidecar). ``path`` may be an
+    object URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``file://``);
+    ``store_options`` go to :class:`headrace.io.ObjectStore`.
     """
     p = os.fspath(path)
     remote = is_object_url(p)
@@ -392,8 +392,39 @@ def check_token_head(
     from a listing) before its first read gives out any bytes."""
     refuse_npy_tokens(p, head, files)
     refuse_non_tokens(p, head)
+    _refuse_llmc_header(p, head, size)
     if format == "nanogpt":
         _refuse_wide_nanogpt(p, head, size)
+
+
+#: llm.c's (and modded-nanogpt's) shard headers: magic -> (version, token dtype), as its
+#: dev/data/data_common.py writes them.
+_LLMC_HEADERS: dict[int, tuple[int, np.dtype[np.generic]]] = {
+    20240520: (1, np.dtype(np.uint16)),
+    20240801: (7, np.dtype(np.uint32)),
+}
+_LLMC_HEAD = 1024  # 256 int32: magic, version, token count, then zeros
+
+
+def _refuse_llmc_header(p: str, head: memoryview, size: int) -> None:
+    """Refuse an llm.c or modded-nanogpt shard (``fineweb_train_000001.bin``): its tokens
+    follow a 1,024-byte header, which read as raw tokens would be 512 uint16 (256
+    uint32) ids at the start of the shard, silently."""
+    if len(head) < 12:
+        return
+    magic, version, count = (int(v) for v in np.frombuffer(head[:12], dtype="<i4"))
+    if _LLMC_HEADERS.get(magic, (None,))[0] != version:
+        return
+    dt = _LLMC_HEADERS[magic][1]
+    want = _LLMC_HEAD + count * dt.itemsize
+    sized = "" if size == want else f" (the file has {size} bytes, the header says {want})"
+    raise FormatError(
+        f"{p}: an llm.c/modded-nanogpt token shard (magic {magic}, version {version}): a "
+        f"{_LLMC_HEAD}-byte header, then {count} {dt} tokens{sized}. Read as raw tokens, "
+        f"the header would be {_LLMC_HEAD // dt.itemsize} ids at the start of the shard. "
+        f"Write its tokens raw once, np.fromfile(path, dtype=np.{dt}, offset={_LLMC_HEAD})"
+        f".tofile(out), and read those with dtype='{dt}'"
+    )
 
 
 def _refuse_wide_nanogpt(p: str, head: memoryview, size: int) -> None:
