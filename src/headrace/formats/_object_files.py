@@ -63,10 +63,15 @@ PIECE = 8 << 20
 
 
 def check_in_flight(in_flight: object) -> int:
-    """``in_flight`` itself when it is an integer >= 1 (``True`` is not one); else ConfigError."""
-    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+    """``in_flight`` as an int when it is a Python or NumPy integer >= 1 (``True`` is not
+    one); else ConfigError."""
+    if (
+        isinstance(in_flight, bool | np.bool_)
+        or not isinstance(in_flight, int | np.integer)
+        or in_flight < 1
+    ):
         raise ConfigError(f"in_flight must be an integer >= 1 (got {in_flight!r}).")
-    return in_flight
+    return int(in_flight)
 
 
 def check_store_options(
@@ -371,7 +376,7 @@ class ObjectFiles:
     ) -> None:
         self._options = dict(options)
         self.cache = cache
-        self.in_flight = in_flight
+        self.in_flight = check_in_flight(in_flight)  # an int for the queue, NumPy's too
         self._name = name
         self._lock = threading.Lock()
         self._stores: dict[str, ObjectStore] = {}

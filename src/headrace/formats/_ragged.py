@@ -62,6 +62,13 @@ def check_side_and_width(side: str, width: object) -> int | None:
         raise ConfigError(f"width must be None or {str(exc).removeprefix('must be ')}") from exc
 
 
+def _row_index(i: int, n: int) -> int:
+    """Row ``i`` of ``n`` as an index in ``[0, n)`` (a negative one counts from the end)."""
+    if not -n <= i < n:
+        raise IndexError(f"row {i} out of range for {n} rows")
+    return int(i) % n
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ragged:
     """Rows of different lengths: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
@@ -123,10 +130,7 @@ class Ragged:
 
     def row(self, i: int) -> NDArray[np.generic]:
         """Row ``i`` as a view of ``values``."""
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"row {i} out of range for {n} rows")
-        i %= n
+        i = _row_index(i, len(self))
         return self.values[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
     @staticmethod
@@ -184,6 +188,7 @@ class Nested:
 
     def row(self, i: int) -> list[NDArray[np.generic]]:
         """Row ``i``'s lists, as views of ``values``."""
+        i = _row_index(i, len(self))  # -1 read lists offsets[-1] to offsets[0]: none
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
         return [self.values[int(self.lists[j]) : int(self.lists[j + 1])] for j in range(a, b)]
 
@@ -212,9 +217,17 @@ class Nested:
         lists, or a list of more items, raises :class:`ConfigError` naming it, unless
         ``truncate`` (its first ones kept). One allocation each, no per-row loop."""
         check_pad_value(pad_value, self.values.dtype)
-        w1, w2 = widths
+        if not isinstance(widths, tuple | list) or len(widths) != 2:
+            raise ConfigError(f"widths must be a pair (lists, items) of integers (got {widths!r})")
+        got = []
+        for k, w in enumerate(widths):  # -1 was numpy's "negative dimensions are not allowed"
+            try:
+                got.append(check_width(w))
+            except ValueError as exc:
+                raise ConfigError(f"widths[{k}] {exc}") from exc
+        w1, w2 = got
         n = len(self)
-        if not truncate and (over := self.overflow(widths)) is not None:
+        if not truncate and (over := self.overflow((w1, w2))) is not None:
             raise ConfigError(f"row {over[0]} {over[1]}; pass truncate=True to keep its first ones")
         counts = np.diff(self.offsets)
         sizes = np.diff(self.lists)

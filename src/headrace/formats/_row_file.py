@@ -41,7 +41,9 @@ from headrace.formats._object_files import (
     check_store_options,
     wait_all,
 )
+from headrace.formats._ragged import check_width
 from headrace.io import LocalFile, ObjectCache, RangeReader, ReaderConfig, Strategy, io_pool
+from headrace.io._file import file_url_path
 from headrace.io._mounts import local_cache_refused
 from headrace.io._open_files import gone_error
 from headrace.io._waits import result, wait_done
@@ -59,7 +61,6 @@ __all__ = [
     "write_row_file",
 ]
 
-_NPY_MAGIC = b"\x93NUMPY"
 # The first GET of an object URL: an NPY header (128 bytes for a plain dtype) comes
 # with the object's size and ETag, so no HEAD is needed.
 _FIRST = 4096
@@ -120,9 +121,8 @@ def _read_head(f: _Opened, n: int) -> memoryview:
 
 
 def _open_npy(f: _Opened) -> RowFile:
-    head = bytes(_read_head(f, 6))
-    if head != _NPY_MAGIC:
-        raise FormatError(f"{f.path}: not an NPY file: starts with {head!r}")
+    # The header's parser refuses what is no NPY file, and names one cut short (inside
+    # its magic too) as truncated.
     dtype, shape, fortran, offset = npy_header(lambda off, n: _read_head(f, off + n)[off:], f.path)
     if len(shape) != 2:
         raise FormatError(f"{f.path}: expected a 2-D (rows, width) array, found shape {shape}")
@@ -143,6 +143,11 @@ def _open_npy(f: _Opened) -> RowFile:
 
 
 def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile:
+    if width is not None:  # a NumPy integer too (a width NumPy worked out), as an int
+        try:
+            width = check_width(width, 1)
+        except ValueError as exc:
+            raise ConfigError(f"{f.path}: width= {exc}") from exc
     refuse_npy_as_raw(
         lambda offset, n: _read_head(f, offset + n)[offset:],
         f.path,
@@ -320,8 +325,17 @@ def _open_any(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
 
 
 def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
-    """Write a 2-D array as ``.npy`` (when ``path`` ends so) or raw bytes plus ``PATH.json``."""
-    p = os.fspath(path)
+    """Write a 2-D array as ``.npy`` (when ``path`` ends so) or raw bytes plus ``PATH.json``;
+    ``path`` may be a ``file://`` URL (then opened as one), not another object URL."""
+    p = local = os.fspath(path)
+    if is_object_url(p):
+        if not p.startswith("file://"):
+            raise ConfigError(
+                f"{p}: write_row_file writes local files (a path or a file:// URL), not "
+                "objects: write it to a local path, then copy it (and a raw file's PATH.json "
+                "sidecar) to the store with its own tools, e.g. aws s3 cp"
+            )
+        local = file_url_path(p)
     a = np.ascontiguousarray(rows)
     if a.ndim != 2:
         raise ConfigError(f"{p}: rows must be a 2-D array (got shape {a.shape})")
@@ -339,13 +353,15 @@ def write_row_file(path: str | os.PathLike[str], rows: NDArray[Any]) -> RowFile:
             "integer, bool or float type (e.g. uint16); convert the rows, or write .npy"
         )
     if npy:
-        _replace([(p, lambda fh: np.save(fh, a))])
+        _replace([(local, lambda fh: np.save(fh, a))])
     else:
         name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>u2' kept: not native
         meta = {"dtype": name, "width": int(a.shape[1]), "rows": int(a.shape[0])}
         # The sidecar renamed first: a reader between the two renames sees the new row
         # count beside the old rows, a size it refuses, never a half-written file.
-        _replace([(_sidecar(p), lambda fh: fh.write(json.dumps(meta).encode())), (p, a.tofile)])
+        _replace(
+            [(_sidecar(local), lambda fh: fh.write(json.dumps(meta).encode())), (local, a.tofile)]
+        )
     return open_row_file(p)
 
 
@@ -354,6 +370,7 @@ def _replace(files: list[tuple[str, Callable[[Any], object]]]) -> None:
     them, then each renamed over its path. A reader opening them meanwhile sees the old
     files; a write that fails (a full disk) leaves them as they were."""
     done: list[tuple[str, str]] = []
+    path = files[0][0]
     try:
         for path, write in files:
             tmp = f"{path}.{os.getpid()}.tmp"
@@ -362,6 +379,16 @@ def _replace(files: list[tuple[str, Callable[[Any], object]]]) -> None:
                 write(fh)
         for tmp, path in done:
             os.replace(tmp, path)
+    except OSError as exc:
+        for tmp, _ in done:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        # The temporary file's name is no name the caller gave.
+        where = os.path.dirname(path) or "."
+        hint = f" (is there a folder {where}?)" if isinstance(exc, FileNotFoundError) else ""
+        raise StorageError(
+            exc.errno, f"{path}: cannot write the row file: {exc.strerror or exc}{hint}"
+        ) from exc
     except BaseException:
         for tmp, _ in done:
             with contextlib.suppress(OSError):
