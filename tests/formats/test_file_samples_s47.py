@@ -67,3 +67,10 @@ def test_structured_samples_keep_their_layout_with_zero_padding_in_every_mode(
     want = np.zeros(3, dtype)  # (np.concatenate leaves padding unset too)
     want[...] = np.concatenate(files)[:3]
     assert data.tobytes() == want.tobytes()
+
+
+def test_a_numpy_in_flight_is_kept_as_an_int(tmp_path: Path) -> None:
+    # np.int64(4) passed the check and went on to the stores (and workers' copies) as it was.
+    np.save(tmp_path / "a.npy", np.arange(3))
+    with FileSource(tmp_path, format="npy", in_flight=np.int64(4)) as src:
+        assert type(src.config.in_flight) is int and src.config.in_flight == 4

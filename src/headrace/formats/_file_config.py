@@ -259,8 +259,8 @@ class FileSourceConfig:
                 )
         if self.mode not in ("headrace", "map-style"):
             raise ConfigError(f"mode must be 'headrace' or 'map-style' (got {self.mode!r}).")
-        if self.in_flight is not None:
-            check_in_flight(self.in_flight)
+        if self.in_flight is not None:  # an int: np.int64(4) went on to the stores as it was
+            object.__setattr__(self, "in_flight", check_in_flight(self.in_flight))
         if self.decode_threads is not None and self.decode_threads < 0:
             raise ConfigError(f"decode_threads must be >= 0 (got {self.decode_threads}).")
         if several and fmt.name in (*IMAGE_FORMATS, "raw"):

@@ -309,7 +309,7 @@ class Table(Closing):
         if not remote:  # (a list as listed: a Dataset's files are not counted twice)
             root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
             return cls(root, files, columns, row_group_cache, shapes=shaped)
-        check_in_flight(in_flight)
+        in_flight = check_in_flight(in_flight)  # an int, in the spec workers get too
         _pa()  # before any request: no pyarrow, no table
         # The stores that list the objects go on to read them (the table closes them).
         cache = open_cache(cache_dir, cache_bytes)
