@@ -160,3 +160,12 @@ def test_group_by_window_keeps_windows_past_2_32_apart() -> None:
     window = np.array([2**32 + 5, 5, 5, 2**32 + 5], dtype=np.int64)
     got = [(key, idx.tolist()) for key, idx in group_by_window(epoch, window)]
     assert got == [((0, 2**32 + 5), [0, 3]), ((0, 5), [1]), ((1, 5), [2])]
+
+
+def test_a_hand_edited_setting_that_is_a_list_is_compared_not_a_type_error() -> None:
+    # {was, is_} as a set raised "unhashable type: 'list'" for a shuffle saved as a list.
+    from headrace.plan._changes import _hint
+
+    assert _hint("shuffle", ["full"], "window") == ""
+    assert "shuffle='full'" in _hint("sources.a.shuffle", True, "window")
+    assert "shuffle='window'" in _hint("shuffle", "window", True)

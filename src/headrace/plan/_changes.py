@@ -189,7 +189,8 @@ def _follows(key: str, was: dict[str, Any], is_: dict[str, Any], files_changed: 
 
 def _hint(key: str, was: Any, is_: Any) -> str:
     """How to get back what a default that changed gave, where one did."""
-    if key.endswith("shuffle") and {was, is_} == {True, "window"}:
+    # Compared as a pair, not a set: a hand-edited state's list value is unhashable.
+    if key.endswith("shuffle") and (was, is_) in ((True, "window"), ("window", True)):
         # TableSource's default resolves by where the files are (and what they are).
         return (
             " (a TableSource's default, shuffle=True, shuffles local Arrow files (a "
