@@ -50,3 +50,12 @@ def test_nested_pad_refuses_bad_widths_naming_them(widths: object, found: str) -
         _nested().pad(widths, truncate=True)  # type: ignore[arg-type]
     out, mask = _nested().pad((np.int64(2), np.int64(3)))
     assert out.shape == mask.shape == (3, 2, 3) and int(out[2, 0, 2]) == 6
+
+
+def test_a_big_endian_ragged_pads_native_as_pad_batch_does() -> None:
+    # Ragged.pad kept ">u2", which torch.from_numpy refuses; pad_batch gave native.
+    values = np.arange(5, dtype=">u2")
+    out, mask = Ragged(values=values, offsets=np.array([0, 2, 5])).pad(4, pad_value=9)
+    assert out.dtype == np.dtype("=u2")
+    assert out.tolist() == [[0, 1, 9, 9], [2, 3, 4, 9]]
+    assert mask.tolist() == [[True, True, False, False], [True, True, True, False]]

@@ -119,11 +119,13 @@ class Ragged:
         truncate: bool = False,
     ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
         """A ``(rows, width, *item shape)`` array and its ``(rows, width)`` mask: one
-        allocation each, no per-row loop."""
+        allocation each, no per-row loop. The values' dtype in native byte order, as
+        :func:`headrace.collate.pad_batch` gives (``>u2``, which torch refuses, was kept)."""
         check_side_and_width(side, width)
         width = int(width)  # a NumPy integer too
         check_pad_value(pad_value, self.values.dtype)
-        out = np.full((len(self), width, *self.values.shape[1:]), pad_value, self.values.dtype)
+        native = self.values.dtype.newbyteorder("=")
+        out = np.full((len(self), width, *self.values.shape[1:]), pad_value, native)
         mask = np.empty((len(self), width), dtype=np.bool_)
         Ragged.fill(self.values, self.offsets, out, mask, left=side == "left", truncate=truncate)
         return out, mask
