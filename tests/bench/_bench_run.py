@@ -26,3 +26,26 @@ def bench_file(tmp_path: Path, text: str, *extra: str, stem: str = "w") -> dict[
     args = ["bench", "-w", str(path), "--root", str(tmp_path / "d"), "-q", "--no-isolate"]
     assert main([*args, *extra, "--json", str(out)]) == 0
     return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def result_row(workload: str = "u", steps: int = 1000, **more: Any) -> dict[str, Any]:
+    """A report's result row of one variant, as the table, compare and the plot read it
+    (``more``: the keys a test sets, ``au=0.9``)."""
+    return {
+        "workload": workload,
+        "variant": "headrace",
+        "batches_per_s": 50.0,
+        "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
+        "gb_per_s": 0.5,
+        "ratio_to_baseline": 1.0,
+        "ratio_to_memcpy": None,
+        "au": 0.95,
+        "au_pass": True,
+        "bytes_before_first_batch": 0,
+        "peak_rss_bytes": None,
+        "amplification": 1.0,
+        "digest": "ab" * 32,
+        "steps": steps,
+        "steps_per_trial": steps,
+        **more,
+    }

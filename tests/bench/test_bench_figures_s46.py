@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _bench_run import result_row
 
 from headrace.bench._files_kind import FilesKind
 from headrace.bench._kind import GenStream, VariantSpec, make_kind
@@ -98,23 +99,7 @@ def test_compare_says_when_the_reports_simulated_other_compute(
 
 
 def _row(au: float, passed: bool, workload: str = "u") -> dict[str, Any]:
-    return {
-        "workload": workload,
-        "variant": "headrace",
-        "batches_per_s": 50.0,
-        "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
-        "gb_per_s": 0.5,
-        "ratio_to_baseline": 1.0,
-        "ratio_to_memcpy": None,
-        "au": au,
-        "au_pass": passed,
-        "bytes_before_first_batch": 0,
-        "peak_rss_bytes": None,
-        "amplification": 1.0,
-        "digest": "ab" * 32,
-        "steps": 1000,
-        "steps_per_trial": 1000,
-    }
+    return result_row(workload, au=au, au_pass=passed)
 
 
 @pytest.mark.parametrize(

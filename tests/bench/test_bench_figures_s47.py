@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _bench_run import result_row
 
 from headrace.bench._au import au_trial, max_accelerators
 from headrace.bench._kind import Kind, make_kind
@@ -25,27 +26,6 @@ def _npz(tmp_path: Path, **train: float) -> Kind:
     kind = make_kind(wl, str(tmp_path))
     kind.generate()
     return kind
-
-
-def _row(workload: str = "u", steps: int = 1000, **more: object) -> dict[str, object]:
-    """A report's result row of one variant, as the table and the plot read it."""
-    return {
-        "workload": workload,
-        "variant": "headrace",
-        "batches_per_s": 50.0,
-        "batches_per_s_spread": {"min": 40.0, "max": 60.0, "median": 50.0},
-        "gb_per_s": 0.5,
-        "ratio_to_baseline": 1.0,
-        "ratio_to_memcpy": None,
-        "au": 0.95,
-        "au_pass": True,
-        "bytes_before_first_batch": 0,
-        "peak_rss_bytes": None,
-        "amplification": 1.0,
-        "digest": "ab" * 32,
-        "steps_per_trial": steps,
-        **more,
-    }
 
 
 def test_a_trial_of_one_step_has_no_loader_time_per_counted_step() -> None:
@@ -81,9 +61,9 @@ def test_the_accelerator_search_never_claims_a_count_past_the_most_it_tried(
 def test_a_max_acc_at_the_top_of_the_search_reads_as_a_bound() -> None:
     from headrace.bench._report import format_table
 
-    table = format_table({"results": [_row(max_accelerators=4096)]})
+    table = format_table({"results": [result_row(max_accelerators=4096)]})
     assert "| 4,096+ |" in table
-    table = format_table({"results": [_row(max_accelerators=52)]})
+    table = format_table({"results": [result_row(max_accelerators=52)]})
     assert "| 52 |" in table
 
 
@@ -141,7 +121,7 @@ def test_the_notes_under_the_table_name_each_length_of_short_trials(
     # Two workloads of 4 and 32 steps a trial: the note said "trials of 4 steps" of both.
     from headrace.bench._report import print_report, short_trials_note
 
-    print_report({"results": [_row("u", 4), _row("v", 32)], "workloads": []})
+    print_report({"results": [result_row("u", 4), result_row("v", 32)], "workloads": []})
     out = capsys.readouterr().out.splitlines()
     for steps in (4, 32):
         assert short_trials_note(steps) in out
@@ -155,7 +135,7 @@ def test_the_plot_notes_name_each_length_of_short_trials() -> None:
     from headrace.bench._plot import draw_report
     from headrace.bench._report import short_trials_note
 
-    rows = [_row("u", 4), _row("v", 32)]
+    rows = [result_row("u", 4), result_row("v", 32)]
     fig = draw_report({"results": rows, "workloads": []})
     try:
         texts = [t.get_text() for t in fig.texts]
