@@ -8,31 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _cold import FakeClock, cold_opener
 from headrace.errors import ConfigError, ReadEOFError
-from headrace.io import AdaptivePolicy, LocalFile, RangeReader, ReaderConfig
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _ColdFile(LocalFile):
-    """A LocalFile whose pages are never resident and whose row read alone (the
-    adaptive check's sample) costs ``row_s`` of fake time: slow storage."""
-
-    clock: _Clock
-    row_s = 0.005
-
-    def pread(self, offset, length):  # type: ignore[override]
-        self.clock.now += self.row_s
-        return super().pread(offset, length)
-
-    def resident(self, offsets, lengths):  # type: ignore[override]
-        return np.zeros(len(offsets), dtype=bool)
+from headrace.io import AdaptivePolicy, RangeReader, ReaderConfig
 
 
 @pytest.fixture
@@ -40,12 +18,8 @@ def cold(tmp_path: Path):
     data = np.random.default_rng(46).integers(0, 256, 1 << 20, dtype=np.uint8)
     path = tmp_path / "rows.bin"
     path.write_bytes(data.tobytes())
-    clock = _Clock()
-
-    def opener(p: str) -> _ColdFile:
-        f = _ColdFile(p)
-        f.clock = clock
-        return f
+    clock = FakeClock()
+    opener = cold_opener(clock)
 
     cfg = ReaderConfig(
         strategy="adaptive",

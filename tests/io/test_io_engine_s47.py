@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _cold import FakeClock, cold_opener
 from headrace.errors import ConfigError, ReadEOFError
 from headrace.io import LocalFile, RangeReader
 from headrace.io._batch import run_batch
@@ -240,28 +241,6 @@ def test_a_child_forked_while_a_thread_holds_a_pools_lock_can_read(data, lock) -
     assert (proc.returncode, proc.stdout) == (0, "child 0\n"), proc.stderr
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _ColdFile(LocalFile):
-    """No page resident, and a row read alone (the adaptive check's sample) costs
-    5 ms of fake time: slow storage, where 3 faults or more exceed 10 ms."""
-
-    clock: _Clock
-
-    def pread(self, offset, length):  # type: ignore[no-untyped-def]
-        self.clock.now += 0.005
-        return super().pread(offset, length)
-
-    def resident(self, offsets, lengths):  # type: ignore[no-untyped-def]
-        return np.zeros(len(offsets), dtype=bool)
-
-
 @pytest.mark.parametrize(
     "rows",
     [
@@ -275,12 +254,8 @@ def test_the_mapped_check_counts_a_page_shared_by_rows_as_one_fault(data, rows) 
     from headrace.io import ReaderConfig
 
     path, arr = data
-    clock = _Clock()
-
-    def opener(p: str) -> _ColdFile:
-        f = _ColdFile(p)
-        f.clock = clock
-        return f
+    clock = FakeClock()
+    opener = cold_opener(clock)
 
     cfg = ReaderConfig(strategy="adaptive", engine="threads", in_flight=4)
     with RangeReader(cfg, clock=clock, opener=opener) as r:
