@@ -13,6 +13,7 @@ numbers the others as its training split does.
 
 from __future__ import annotations
 
+import logging
 import os
 import unicodedata
 from collections import Counter
@@ -25,6 +26,8 @@ from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError, DataError
 
 __all__ = ["Labels", "check_classes", "check_labels", "file_classes"]
+
+log = logging.getLogger("headrace")
 
 #: ``"folders"``, or each file's class name by its name.
 Labels = str | dict[str, str]
@@ -99,11 +102,14 @@ def file_classes(
     where: str,
     labels: Labels,
     classes: tuple[str, ...] | None,
+    folders: Sequence[str] = (),
 ) -> tuple[tuple[str, ...], NDArray[np.int32]]:
     """The class names and each file's class number. ``keys``: the files' names relative
     to the folder or prefix ``where`` (``rooted``), else as listed (full names, whose
     parent folder counts); ``labels``: ``"folders"`` or a mapping of those names;
-    ``classes``: the names in number order (``None``: sorted)."""
+    ``classes``: the names in number order (``None``: sorted). ``folders``: the folders
+    in ``where`` (a local one), numbered among the classes with ``labels="folders"``
+    whether or not they hold files, as ``ImageFolder`` numbers them."""
     place = where or "the list of files"
     # The keys are read once (a packed name is decoded each time it is read: 0.3 s for
     # ImageNet's 1.28M), and only the class names after that.
@@ -134,6 +140,20 @@ def file_classes(
             f"but {len(loose):,} of {len(named):,} files are {at} (e.g. {keys[loose[0]]!r}): "
             "move them into their class's folder, or leave them out"
         )
+    if classes is None and labels == "folders" and rooted and not found >= set(folders):
+        # A class folder with no file (a split's, or files of another format) numbered
+        # the classes after it one lower, unlike another split's numbers: kept, as
+        # ImageFolder keeps it (it refuses it, unless allow_empty=True), and said.
+        empty = sorted(set(folders) - found)
+        log.warning(
+            "%s: %d class folder(s) hold no file to read, %s: each is numbered among the "
+            "classes all the same (as torchvision's ImageFolder numbers them), and gets "
+            "no samples",
+            place,
+            len(empty),
+            ", ".join(repr(e) for e in empty[:5]) + (", ..." if len(empty) > 5 else ""),
+        )
+        found |= set(empty)
     names = sorted(found) if classes is None else list(classes)
     number = {c: i for i, c in enumerate(names)}
     if classes is not None and not found <= set(number):

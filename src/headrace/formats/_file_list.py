@@ -112,6 +112,9 @@ class FileList:
     #: keys are relative to a folder or prefix the caller named (not a list or a glob's
     #: matches): their first folder is a class folder (``labels="folders"``)
     rooted: bool = False
+    #: the folders directly in a local folder given, less hidden ones (class folders,
+    #: those that hold no file too; ``()`` for a list, a glob or an object store)
+    folders: tuple[str, ...] = ()
     #: how the cache names object ``i`` (object-store datasets with a cache)
     cache_key: Callable[[int], str] | None = field(default=None, repr=False)
 
@@ -746,6 +749,7 @@ def list_files(
         _close=lambda: None,
         etags=listed[2],
         rooted=bool(url),
+        folders=walked.folders if walked else (),
         hidden=walked.hidden if walked else 0,
         hidden_example=walked.hidden_example if walked else None,
         special=walked.special if walked else 0,

@@ -601,7 +601,9 @@ class FileSource(Closing):
             keys = [f"{f.url}/{k}" if f.url else os.path.abspath(k) for k in f.keys]
         labels = cast("str | dict[str, str]", c.labels)  # (a mapping kept as a dict)
         classes = cast("tuple[str, ...] | None", c.classes)  # (a list kept as a tuple)
-        return file_classes(keys, rooted=f.rooted, where=f.url, labels=labels, classes=classes)
+        return file_classes(
+            keys, rooted=f.rooted, where=f.url, labels=labels, classes=classes, folders=f.folders
+        )
 
     def labelled(self, batch: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
         """``batch`` with each sample's class as ``label`` (``labels=``; else as it is)."""

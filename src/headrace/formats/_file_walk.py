@@ -110,6 +110,9 @@ class Walked(NamedTuple):
     special_example: str | None = None
     other: int = 0  # files of another format that this walk was not for, left out
     other_example: str | None = None
+    #: the folders (and links to folders) directly in the root, less hidden ones: a
+    #: class folder that holds no file is a class all the same (``ImageFolder``'s)
+    folders: tuple[str, ...] = ()
 
 
 def kind_of(mode: int) -> str:
@@ -221,6 +224,7 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, 
     hidden: list[str] = []
     special: list[str] = []
     other: list[str] = []
+    top_folders: tuple[str, ...] = ()
 
     def fail(exc: OSError) -> None:  # a directory without search permission: EACCES
         raise open_error(str(exc.filename or root), exc) from exc
@@ -233,6 +237,8 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, 
         if any(d.startswith(".") for d in dirs):  # not walked
             hidden += [prefix + d + "/" for d in dirs if d.startswith(".")]
             dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if not below:
+            top_folders = tuple(sorted(dirs))
         links = [os.path.join(folder, d) for d in linked if not d.startswith(".")]
         if links:
             # Every folder the walk went through to get here, and every folder above each:
@@ -292,6 +298,7 @@ def _walk(root: Path, top: str, extensions: tuple[str, ...], others: tuple[str, 
         min(special) if special else None,
         len(other),
         min(other) if other else None,
+        top_folders,
     )
 
 
