@@ -39,7 +39,12 @@ from headrace.formats._row_plan import (
     shuffle_fingerprint,
 )
 from headrace.formats._row_window import RowSource
-from headrace.formats._rows import check_mask_values, check_pad_id, check_token_values
+from headrace.formats._rows import (
+    check_mask_values,
+    check_pad_id,
+    check_token_values,
+    output_dtype,
+)
 from headrace.formats._vocab import (
     check_pad_in_vocab,
     check_vocab_fits,
@@ -132,8 +137,20 @@ class PairRows(RowSource):
         vocab_size: int | None = None,
     ) -> None:
         self.vocab_size = check_vocab_size(vocab_size)
+        if not isinstance(members, Mapping):
+            raise ConfigError(
+                f"PairRows members must be a mapping of name to files, e.g. {{'anchor': "
+                f"(a_tok, a_mask), 'positive': p_tok}} (got a {type(members).__name__})."
+            )
         if not members:
             raise ConfigError("PairRows needs at least one member, e.g. {'anchor': ..., ...}.")
+        bad = [n for n in members if not isinstance(n, str) or not n]
+        if bad:
+            # Outputs are "{name}_x": 1 and "1" would both make "1_x", one member lost.
+            raise ConfigError(
+                f"PairRows member names must be non-empty strings (got {bad[0]!r}); they "
+                "name the outputs {name}_x and {name}_mask."
+            )
         self.optional = _optional_members(list(members), optional)
         with self._opening(reader, store_options, in_flight, cache_dir, cache_bytes) as io:
             self.members = [_Member(name, spec, io) for name, spec in members.items()]
@@ -155,7 +172,7 @@ class PairRows(RowSource):
                 check_pad_in_vocab("pad_id", self.pad_id, self.vocab_size)
             for mb in self.members:
                 check_vocab_fits(self.vocab_size, mb.tokens.dtype, mb.tokens.path)
-            self.dtype: np.dtype[Any] | None = None if dtype is None else np.dtype(dtype)
+            self.dtype: np.dtype[Any] | None = None if dtype is None else output_dtype(dtype)
             if self.dtype is not None:
                 if not np.issubdtype(self.dtype, np.integer):
                     raise ConfigError(f"dtype must be an integer type (got {self.dtype}).")

@@ -60,6 +60,18 @@ __all__ = ["PaddedRows"]
 PadSide = Literal["right", "left"]
 
 
+def output_dtype(dtype: DTypeLike) -> np.dtype[Any]:
+    """A ``dtype=`` as the outputs are given it: native byte order (``torch.from_numpy``
+    refuses another, and ``">i8"`` is ``int64``, its fingerprint too); a name NumPy does
+    not know is a ConfigError naming it, not NumPy's ``TypeError``."""
+    try:
+        return np.dtype(dtype).newbyteorder("=")
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"dtype {dtype!r} is not a NumPy dtype; give an integer type such as np.int64."
+        ) from exc
+
+
 def _fits(value: int, dtype: np.dtype[Any]) -> bool:
     info = np.iinfo(dtype)
     return info.min <= value <= info.max
@@ -228,7 +240,7 @@ class PaddedRows(RowSource):
                 raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
             if dtype is None:
                 dtype = np.int32 if t.dtype.itemsize <= 2 else np.int64
-            self.dtype: np.dtype[Any] = np.dtype(dtype)
+            self.dtype: np.dtype[Any] = output_dtype(dtype)
             if not np.issubdtype(self.dtype, np.signedinteger):
                 raise ConfigError(
                     f"{t.path}: dtype={self.dtype} is refused: dtype is what x and y are given "
