@@ -138,8 +138,12 @@ class Permutation:
     __slots__ = ("__weakref__", "_half", "_ints", "_keys", "_mask", "_spent", "_table", "n")
 
     def __init__(self, n: int, keys: NDArray[np.uint64]) -> None:
+        if isinstance(n, bool) or not isinstance(n, int | np.integer):
+            raise TypeError(f"a permutation needs an integer n (got {n=!r}).")
         if n < 1:
             raise ValueError(f"a permutation needs n >= 1 (got {n=}).")
+        if n > 1 << 63:  # images of 2**63 and more wrapped negative as int64
+            raise ValueError(f"a permutation needs n in [1, 2**63]: its images are int64 ({n=}).")
         self.n = int(n)
         self._half, self._mask = _halves(self.n)
         self._keys = np.asarray(keys, dtype=np.uint64)

@@ -20,17 +20,22 @@ _MAX_SAMPLE = 2**63 - 1
 
 def host_slice(batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
     """Positions ``[lo, hi)`` of the global batch that host ``rank`` reads."""
+    for name, value in (("batch_size", batch_size), ("rank", rank), ("world_size", world_size)):
+        # A float world of 2.0 gave float positions; True was a world of 1 (the whole batch).
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ConfigError(f"{name} must be an integer (got {value!r}).")
+    batch_size, rank, world_size = int(batch_size), int(rank), int(world_size)
     if world_size < 1:
-        raise ValueError(f"world_size must be >= 1 (got {world_size}).")
+        raise ConfigError(f"world_size must be >= 1 (got {world_size}).")
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}) (got {rank}).")
+        raise ConfigError(f"rank must be in [0, {world_size}) (got {rank}).")
     if batch_size < world_size:
-        raise ValueError(
+        raise ConfigError(
             f"global batch of {batch_size} cannot give each of {world_size} hosts a sample; "
             f"use a batch size >= world size."
         )
     if batch_size % world_size:
-        raise ValueError(
+        raise ConfigError(
             f"global batch of {batch_size} does not split evenly over {world_size} hosts; "
             f"use a multiple of {world_size}."
         )
@@ -51,11 +56,19 @@ def step_samples(
     then reads ``sample0 + (t - step0) * B + p``. ``None`` is ``(0, 0)``.
     """
     step0, sample0 = origin or (0, 0)
-    t = np.asarray(steps, dtype=np.int64)[:, None]
-    if t.size:
+    raw = np.asarray(steps).reshape(-1)
+    if raw.size:
         # int64 arithmetic wraps silently: a step past the range would read the
-        # samples of some other, small step. Checked in Python ints.
-        first, last = int(t.min()), int(t.max())
+        # samples of some other, small step. Checked in Python ints (a list of ints past
+        # int64 is an object array; a cast of floats would read step 1.7 as 1).
+        values = raw.tolist() if raw.dtype.kind == "O" else []
+        if raw.dtype.kind not in "iuO" or any(
+            isinstance(v, bool) or not isinstance(v, int | np.integer) for v in values
+        ):
+            raise ConfigError(f"steps must be integers (got {raw[:8]!r}).")
+        first, last = (
+            (int(min(values)), int(max(values))) if values else (int(raw.min()), int(raw.max()))
+        )
         if origin is not None and first < step0:
             raise ConfigError(
                 f"step {first} comes before step {step0}, where this loader's global batch "
@@ -69,6 +82,7 @@ def step_samples(
                 f"int64); the largest step this batch size allows is "
                 f"{step0 + (_MAX_SAMPLE - sample0) // batch_size - 1}"
             )
+    t = raw.astype(np.int64)[:, None]  # (in range: checked above)
     t = t - step0 if step0 else t
     first_sample = sample0 + np.arange(lo, hi, dtype=np.int64)[None, :]
     return (t * batch_size + first_sample).reshape(-1)

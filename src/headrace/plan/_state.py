@@ -275,12 +275,16 @@ class LoaderState:
             if version not in (1, PLAN_VERSION, ORIGIN_VERSION):
                 raise StateError(
                     f"loader state has plan version {version}; this headrace plans with "
-                    f"version {PLAN_VERSION} and cannot replay it"
+                    f"version {PLAN_VERSION} and reads states of versions 1 to "
+                    f"{ORIGIN_VERSION}, so it cannot replay it. Resume it with the headrace "
+                    "that saved it; to go on here in this version's order instead, load this "
+                    f"loader's own state_dict() with 'step' set to {d['step']!s:.40}"
                 )
-            if (version == ORIGIN_VERSION) != (d.get("origin") is not None):
+            origin = _item(d.get("origin"))
+            if (version == ORIGIN_VERSION) != (origin is not None):
                 raise StateError(
                     f"loader state has plan version {version} and "
-                    f"{'no' if d.get('origin') is None else 'an'} origin: version "
+                    f"{'no' if origin is None else 'an'} origin: version "
                     f"{ORIGIN_VERSION} is a state with one (a resume with another batch size), "
                     "and only it"
                 )
@@ -295,7 +299,7 @@ class LoaderState:
                 # counter reached 2**32, which check() can tell for mixtures (see there).
                 version=version,
                 parts=_parts(d.get("parts")),
-                origin=_origin_of(d.get("origin")),
+                origin=_origin_of(origin),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
@@ -453,13 +457,24 @@ def _ascii(text: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
     return np.frombuffer(text.encode("ascii"), dtype=np.uint8).copy()
 
 
+def _item(value: Any) -> Any:
+    """What a 0-d NumPy array of a string or an object holds: ``np.load`` of a state saved
+    with ``np.savez(**state)`` gives its strings, its ``parts`` and ``origin`` (dicts) and a
+    ``None`` so (its ints as 0-d int64 arrays, which :func:`_whole` takes)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "UO":
+        return value.item()
+    return value
+
+
 def _text(value: Any, name: str) -> str:
     """A string field of a state: a ``str``, or the ``uint8`` array :func:`array_state`
-    made of one (restored by an array checkpointer as a NumPy or jax array)."""
+    made of one (restored by an array checkpointer as a NumPy, jax or torch array)."""
+    value = _item(value)
     if isinstance(value, str):
-        return value
+        return str(value)  # not an np.str_, which torch.load(weights_only=True) refuses
     dtype = getattr(value, "dtype", None)
-    if dtype is not None and str(dtype) == "uint8" and getattr(value, "ndim", 0) == 1:
+    # torch's uint8 (a tree_map(torch.as_tensor) of it) names itself "torch.uint8".
+    if str(dtype) in ("uint8", "torch.uint8") and getattr(value, "ndim", 0) == 1:
         raw = np.asarray(value).tobytes()
         if raw.isascii() and raw.decode("ascii").isprintable():
             return raw.decode("ascii")
@@ -470,11 +485,12 @@ def _text(value: Any, name: str) -> str:
 
 
 def _parts(value: Any) -> dict[str, str] | None:
+    value = _item(value)
     if value is None:
         return None
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise StateError(f"loader state has parts {value!r}; expected a dict of str to str")
-    return {k: _text(v, f"parts[{k!r}]") for k, v in value.items()}
+    return {str(k): _text(v, f"parts[{k!r}]") for k, v in value.items()}
 
 
 def _origin(step: int, sample: int) -> tuple[int, int] | None:
@@ -501,6 +517,7 @@ def _whole(value: Any, name: str) -> int:
     # Pytree checkpoints (orbax, flax, a tree_map to arrays) give the ints back as 0-d
     # NumPy or jax arrays, whose __index__ takes them and refuses floats; torch's also
     # takes a bool or one-element tensor, so those are refused by their dtype and ndim.
+    value = _item(value)
     dtype = str(getattr(value, "dtype", ""))
     if isinstance(value, bool) or "bool" in dtype or getattr(value, "ndim", 0) != 0:
         raise StateError(f"loader state has {name} {value!r}; expected an integer")

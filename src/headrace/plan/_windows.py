@@ -94,6 +94,12 @@ class WindowLayout:
                 )
             if not self.tail:
                 raise ValueError("a stride slides each file's last sample back: needs tail=True.")
+        if not self.samples_per_epoch:  # else an epoch of 0 samples divides by zero
+            need = "2 tokens (tail=True)" if self.tail else f"{self.context + 1} tokens"
+            raise ValueError(
+                f"files of {list(self.file_tokens)[:8]} tokens hold no sample of context "
+                f"{self.context} (each file needs {need} for one); give files with samples."
+            )
 
     @cached_property
     def step(self) -> int:
