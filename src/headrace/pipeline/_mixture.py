@@ -12,7 +12,8 @@ carries ``source``, each sample's source id.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from functools import lru_cache
 from typing import Any
 
@@ -24,6 +25,7 @@ from headrace.errors import ConfigError, DataError
 from headrace.io._batch import results
 from headrace.io._pool import source_pool
 from headrace.pipeline._layout import Batch, nbytes, ragged_keys
+from headrace.pipeline._loader_args import check_source
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
 from headrace.pipeline._mixture_ragged import merge_parts
@@ -67,10 +69,10 @@ class Mixture(Closing):
     def __init__(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
+        weights: Iterable[float] | Mapping[str, float] | NDArray[np.floating[Any]],
         *,
         batch_size: int,
-        schedule: Mapping[int, Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]]]
+        schedule: Mapping[int, Iterable[float] | Mapping[str, float] | NDArray[np.floating[Any]]]
         | None = None,
     ) -> None:
         if isinstance(sources, Mapping):
@@ -88,6 +90,24 @@ class Mixture(Closing):
             raise ConfigError(
                 f"Mixture: source names must differ as strings; {twice} names more than "
                 f"one source (names: {list(sources)!r})."
+            )
+        for n, src in zip(self.names, self.sources, strict=True):
+            try:
+                check_source(src, None)
+            except ConfigError as exc:  # built, a Loader over it raised AttributeError
+                raise ConfigError(
+                    f"Mixture: source {n!r} {str(exc).removeprefix('source ')}"
+                ) from None
+        nested = [
+            n for n, src in zip(self.names, self.sources, strict=True) if isinstance(src, Mixture)
+        ]
+        if nested:
+            # Its reads would be of the outer mixture's local sample numbers, no host
+            # slices of steps of its own batch, on the pool the outer read waits on.
+            raise ConfigError(
+                f"Mixture: source {nested[0]!r} is itself a Mixture; mixtures do not nest. "
+                "Mix the inner mixture's sources in this one, each weighted by its weight in "
+                "it times the inner mixture's weight here (as fractions of their totals)."
             )
         weights = self._weights_in_order(sources, weights)
         if len(weights) != len(self.sources):
@@ -135,7 +155,7 @@ class Mixture(Closing):
     def _weights_in_order(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        weights: Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]],
+        weights: Iterable[float] | Mapping[str, float] | NDArray[np.floating[Any]],
     ) -> Sequence[float] | NDArray[np.floating[Any]]:
         """``weights`` as a list in the sources' order: a mapping is taken by name."""
         if isinstance(weights, np.ndarray):
@@ -145,13 +165,20 @@ class Mixture(Closing):
                     f"shape {weights.shape})."
                 )
             return weights
-        if isinstance(weights, str | bytes) or not isinstance(weights, Sequence | Mapping):
+        if (
+            isinstance(weights, str | bytes | AbstractSet)
+            or not isinstance(weights, Iterable)
+            or (not isinstance(weights, Mapping) and hasattr(weights, "keys"))
+        ):
+            # A set has no order; a pandas Series has keys: by name or in order? Said,
+            # not guessed.
             raise ConfigError(
                 f"Mixture: weights must be a list of numbers, one per source, or a dict of "
-                f"them by source name (got {type(weights).__name__} {weights!r})."
+                f"them by source name (got {type(weights).__name__} {weights!r:.200})."
             )
         if not isinstance(weights, Mapping):
-            return weights
+            # dict.values(), a generator: taken in order, as a list is
+            return weights if isinstance(weights, Sequence) else list(weights)
         if not isinstance(sources, Mapping):
             raise ConfigError(
                 "Mixture: weights by name need sources by name (a dict); give a list of "
@@ -182,7 +209,7 @@ class Mixture(Closing):
     def _schedule_in_order(
         self,
         sources: Sequence[Source] | Mapping[str, Source],
-        schedule: Mapping[int, Sequence[float] | Mapping[str, float] | NDArray[np.floating[Any]]]
+        schedule: Mapping[int, Iterable[float] | Mapping[str, float] | NDArray[np.floating[Any]]]
         | None,
     ) -> dict[int, Sequence[float] | NDArray[np.floating[Any]]] | None:
         """``schedule`` with each step's weights as a list in the sources' order."""

@@ -38,8 +38,10 @@ number int64 holds (``n * w_L`` itself wraps from ``n = 2**46`` on).
 
 from __future__ import annotations
 
+import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -64,6 +66,8 @@ def quantize_weights(
     """Weights as integers summing to ``denom`` (largest remainder, ties by index); a
     weight of 0 stays 0 (its source is not drawn from), and at least one must be > 0.
     ``names``: the sources', for errors (else they are named by index)."""
+    if not isinstance(weights, np.ndarray | Iterable):
+        raise ValueError(f"weights must be a non-empty list of numbers (got {weights!r:.200}).")
     shown = weights.tolist() if isinstance(weights, np.ndarray) else list(weights)
     w = _as_floats(weights if isinstance(weights, np.ndarray) else shown)
     if w.ndim != 1 or w.size == 0:
@@ -180,6 +184,20 @@ def _leaf(
     return here
 
 
+def _sample_counts(n: NDArray[np.int64] | int) -> NDArray[np.int64]:
+    """``n`` as int64 sample counts, refused unless each is in ``[0, 2**63)``."""
+    try:
+        total = np.asarray(n, dtype=np.int64)
+    except OverflowError:
+        raise ConfigError(
+            f"mixture sample counts must be in [0, 2**63), the sample numbers int64 holds "
+            f"(got {n!r:.200})."
+        ) from None
+    if total.size and int(total.min()) < 0:
+        raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
+    return total
+
+
 def _checked_schedule(
     schedule: Mapping[int, Sequence[float] | NDArray[Any]] | None,
 ) -> list[tuple[int, Sequence[float] | NDArray[Any]]]:
@@ -205,6 +223,8 @@ def _checked_schedule(
 def _as_floats(weights: Sequence[float] | NDArray[Any]) -> NDArray[np.float64]:
     """``weights`` as float64, refusing what NumPy would convert but is no number
     (``"0.5"``, ``True``) and numbers beyond float64 (``10**400``)."""
+    if isinstance(weights, np.ndarray) and weights.dtype == object:
+        weights = weights.tolist()  # Fractions, Decimals: each checked as a list's
     if isinstance(weights, np.ndarray):
         if weights.dtype.kind not in "iuf":
             raise ValueError(f"weights must be numbers (got an array of {weights.dtype}).")
@@ -217,11 +237,18 @@ def _as_floats(weights: Sequence[float] | NDArray[Any]) -> NDArray[np.float64]:
         return np.asarray(weights, dtype=np.float64)
     except OverflowError:
         raise ValueError(f"weights must be finite and > 0 (got {weights!r:.200}).") from None
+    except ValueError:  # Decimal("sNaN"), which float() refuses: NaN, refused by name after
+        return np.array([math.nan if _snan(v) else v for v in weights], dtype=np.float64)
+
+
+def _snan(v: object) -> bool:
+    return isinstance(v, Decimal) and v.is_snan()
 
 
 def _real(v: object) -> bool:
     # Apart, as ``object``: typed as floats, mypy holds that no float is numbers.Real.
-    return isinstance(v, numbers.Real)
+    # A Decimal is no numbers.Real, but a number (json.loads(..., parse_float=Decimal)).
+    return isinstance(v, numbers.Real | Decimal)
 
 
 Levels = list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.intp]]]
@@ -287,9 +314,7 @@ class MixturePlan:
 
     def cumulative(self, n: NDArray[np.int64] | int) -> NDArray[np.int64]:
         """``C_s(n)`` for each total ``n``: shape ``n.shape + (S,)``, rows summing to ``n``."""
-        total = np.asarray(n, dtype=np.int64)
-        if total.size and int(total.min()) < 0:
-            raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
+        total = _sample_counts(n)
         if not self._phases:
             return _tree(self._levels, total, self.sources)
         flat = total.reshape(-1)
@@ -329,7 +354,7 @@ class MixturePlan:
             hi = np.where(short, np.minimum(2 * hi + 1, last), hi)
             short = found & ~reached(hi)
         while (gap := found & (hi - lo > 1)).any():
-            mid = np.where(gap, (lo + hi) // 2, hi)
+            mid = np.where(gap, lo + (hi - lo) // 2, hi)  # lo + hi wraps past step 2**62
             up = gap & reached(mid)
             hi = np.where(up, mid, hi)
             lo = np.where(gap & ~up, mid, lo)
@@ -341,11 +366,7 @@ class MixturePlan:
         """``C_source(n)`` element by element (``source`` and ``n`` broadcast): what
         :meth:`cumulative` gives in column ``source``, down one path of the split tree
         (O(log S) an element, where a row of :meth:`cumulative` is O(S))."""
-        total, leaf = np.broadcast_arrays(
-            np.asarray(n, dtype=np.int64), np.asarray(source, dtype=np.int64)
-        )
-        if total.size and int(total.min()) < 0:
-            raise ConfigError(f"mixture sample counts must be >= 0 (got {int(total.min())}).")
+        total, leaf = np.broadcast_arrays(_sample_counts(n), self._source_ids(source))
         if not self._phases:
             return _leaf(self._levels, self._paths, total, leaf)
         starts = np.array([p[0] for p in self._phases], dtype=np.int64)
@@ -360,6 +381,22 @@ class MixturePlan:
                 got = _leaf(levels, self._paths, total[sel], leaf[sel])
                 out[sel] = reached[leaf[sel]] + got - there[leaf[sel]]
         return out
+
+    def _source_ids(self, source: NDArray[np.int64] | int) -> NDArray[np.int64]:
+        """``source`` as int64 ids, refused unless each names a source: past the last
+        (or below 0) a path of the split tree still ends at a count, of no source."""
+        try:
+            ids = np.asarray(source, dtype=np.int64)
+            bad = ids[(ids < 0) | (ids >= self.sources)].tolist()
+        except OverflowError:  # past int64: no source either
+            ids = None
+            bad = [v for v in np.asarray(source, dtype=object).flat if not 0 <= v < self.sources]
+        if ids is None or bad:
+            raise ConfigError(
+                f"mixture source ids must be in [0, {self.sources}) (got {bad[0]}): the "
+                f"plan has {self.sources} source(s), numbered from 0"
+            )
+        return ids
 
     def step_counts(self, steps: NDArray[np.int64] | int) -> NDArray[np.int64]:
         """Samples of each source in each step: shape ``steps.shape + (S,)``, rows sum to B."""
