@@ -10,13 +10,14 @@ index of a shard costs its headers, never its data.
 
 What Python's ``tarfile`` (so ``webdataset.TarWriter``) writes is read: ustar, GNU
 long names (``././@LongLink``), PAX headers (``path=``, ``size=``; Solaris's type ``X``
-too, as ``tarfile`` reads them), directories and
-other members that are not regular files (skipped, as ``tarfile.isreg()`` skips
-them), the zero block that ends the archive and anything after it. Refused by name,
-with the offset: a header whose checksum does not add up, a member running past the
-end of the object, an archive without its end marker (cut at a member's end), sparse
-members, gzip-compressed shards, a member with no field (no dot in its basename) and
-a field twice in one sample.
+too, as ``tarfile`` reads them), hard links (their target's bytes, as
+``tarfile.extractfile`` reads them), directories and other members that are not
+regular files (skipped, as ``tarfile.isreg()`` skips them), the zero block that ends
+the archive and anything after it. Refused by name, with the offset: a header whose
+checksum does not add up, a member running past the end of the object, an archive
+without its end marker (cut at a member's end), an empty file, sparse members,
+gzip-compressed shards, a member with no field (no dot in its basename) and a field
+twice in one sample.
 
 Fields decode by their last extension: ``jpg``/``jpeg``/``png`` as images, ``npy``
 as its array, ``cls``/``cls2``/``index``/``inx``/``id`` (webdataset's integer fields) as
@@ -25,6 +26,7 @@ an ``int64`` from their ASCII text, and anything else as its bytes (``uint8``).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +37,7 @@ from numpy.typing import NDArray
 from headrace._messages import count_fix
 from headrace.errors import DataError, FormatError
 from headrace.formats._buffer import Buffer, as_bytes_view
-from headrace.formats._images import ImageMode, decode_jpeg, decode_png
+from headrace.formats._images import ImageMode, _empty_error, decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy
 from headrace.formats._webp import decode_webp
 
@@ -153,14 +155,19 @@ def _check_sum(block: bytes, name: str, offset: int) -> None:
 
 def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
     """Every regular file's ``(path, header offset, data offset, size)``."""
+    if not size:  # not "cut short after its last whole member?" (tarfile refuses it too)
+        raise _empty_error(name, "tar archive")
     if size >= 2 and bytes(at(0, 2)) == b"\x1f\x8b":
         raise FormatError(
             f"{name}: a gzip-compressed tar (.tar.gz); shards are read by the offsets of their "
             "members, which compression hides: decompress them (gunzip) and read the .tar files"
         )
     out: list[tuple[str, int, int, int]] = []
+    # Each file's data (start, size) by its normalized path, for the hard links after it.
+    files: dict[str, tuple[int, int]] = {}
     pos = 0
     long_name: str | None = None
+    long_link: str | None = None
     pax: dict[str, str] = {}
     while pos < size:
         block = bytes(at(pos, HEADER))
@@ -202,6 +209,8 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
             data = bytes(at(start, length))
             if kind == b"L":  # GNU long name: the next member's
                 long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            elif kind == b"K":  # GNU long link name: the next member's
+                long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             elif kind in (b"x", b"X"):  # "X": Solaris's PAX header (tarfile reads both)
                 pax = _pax(data, name, pos)
                 if any(k.startswith("GNU.sparse") for k in pax):
@@ -218,9 +227,24 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
             prefix = block[345:500].split(b"\0", 1)[0]
             if block[257:263] == b"ustar\x00" and prefix:
                 path = prefix.decode("utf-8", "surrogateescape") + "/" + path
-        long_name, pax = None, {}
+        link = long_link or pax.get("linkpath")
+        if link is None:
+            link = block[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        long_name, long_link, pax = None, None, {}
+        span: tuple[int, int] | None = None
         if kind in _FILE_TYPES and not (kind == b"\0" and path.endswith("/")):
-            out.append((path, pos, start, length))
+            span = (start, length)
+        elif kind == b"1":
+            # A hard link (GNU tar writes a file whose inode it archived before so, its
+            # data not again): its target's bytes, as tarfile's extractfile reads it
+            # (skipped until 2026-12-07: its sample lost the field). One to no file
+            # before it is skipped.
+            span = files.get(posixpath.normpath(link))
+        if span is not None:
+            out.append((path, pos, *span))
+            files[posixpath.normpath(path)] = span
+        else:
+            files.pop(posixpath.normpath(path), None)
         if kind in _NO_DATA:
             step = start  # tarfile skips no data after a link, a device or a folder
         pos = step
@@ -313,6 +337,20 @@ def _decode_field(
     return np.frombuffer(data, np.uint8).copy()
 
 
+def _apart(index: TarIndex, r: int) -> str:
+    """Why sample ``r`` lacks fields where its key is that of other samples too: its
+    members are not next to each other (``""`` where it is not)."""
+    n = int(np.count_nonzero(index.keys == index.keys[r]))
+    if n < 2:
+        return ""
+    return (
+        f"; its key {index.key(r)!r} is that of {n} samples in the shard: a sample is "
+        "the members next to each other of one key, and this one's are apart (a shard "
+        "written unsorted, as tar cf of a folder writes it: write it with GNU tar "
+        "--sort=name, or webdataset's TarWriter)"
+    )
+
+
 def decode_tar(
     data: Buffer,
     *,
@@ -345,12 +383,20 @@ def decode_tar(
         if fields is None and sorted(held) != want:
             raise FormatError(
                 f"{name}: {where} holds fields {sorted(held)}, but sample {index.key(0)!r} "
-                f"holds {want}; give datasets=(...) naming the fields to read"
+                f"holds {want}"
+                + (
+                    _apart(index, r)
+                    or _apart(index, 0)
+                    or "; give datasets=(...) naming the fields to read"
+                )
             )
         for field in want:
             got = held.get(field)
             if got is None:
-                raise DataError(f"{name}: {where} has no field {field!r}; it holds {sorted(held)}")
+                raise DataError(
+                    f"{name}: {where} has no field {field!r}; it holds {sorted(held)}"
+                    + _apart(index, r)
+                )
             a, size = got
             what = f"{name}: {index.key(r)}.{field}"
             out[field][i] = _decode_field(field, view[a : a + size], what, image_mode)

@@ -54,6 +54,10 @@ class TarImage(SparseImage):
     def want(self, rows: NDArray[np.int64]) -> None:
         """Fetch the members of samples ``rows`` (their ``fields``), if not held."""
         if self.index is not None:
+            # Rows past the samples (a count given that is wrong) are not fetched: the
+            # decode refuses them, naming the shard and both counts (an IndexError here
+            # until 2026-12-07).
+            rows = rows[rows < len(self.index)]
             self.fill(self.index.spans(rows.tolist(), self.fields))
 
 

@@ -81,10 +81,29 @@ def mask(crc: NDArray[np.uint32]) -> NDArray[np.uint32]:
 
 
 def _gzip_refusal(head: bytes, name: str) -> None:
-    if head[:2] == b"\x1f\x8b":
+    """Refuse a file whose first header is a gzip or zlib stream's (TensorFlow's
+    ``compression_type="GZIP"`` and ``"ZLIB"``)."""
+    # A first record of 35,615 bytes (0x8b1f, or that mod 65,536) starts 1f 8b too: its
+    # length's CRC, right, says it is TFRecord (gzip's header matches it 1 time in 2**32).
+    gzipped = head[:2] == b"\x1f\x8b"
+    zlibbed = head[0] == 0x78 and int.from_bytes(head[:2], "big") % 31 == 0  # a zlib header
+    stored = struct.unpack_from("<I", head, 8)[0]
+    if (
+        not (gzipped or zlibbed)
+        or int(mask(crc32c_many([np.frombuffer(head[:8], np.uint8)]))[0]) == stored
+    ):
+        return
+    if gzipped:
         raise FormatError(
             f"{name}: is gzip-compressed (starts 1f 8b); TFRecord files are read "
             "uncompressed (their records are found by offset): gunzip it first"
+        )
+    if zlibbed:  # it read as a damaged length ("the header is damaged")
+        raise FormatError(
+            f"{name}: is zlib-compressed (starts {head[:2].hex(' ')}: TFRecordWriter's "
+            'compression_type="ZLIB"); TFRecord files are read uncompressed (their records '
+            "are found by offset): decompress it first (zlib.decompress), or write it "
+            "without compression"
         )
 
 
@@ -410,11 +429,11 @@ def decode_tfrecord(
         starts, lengths = record_spans(view, name, verify=verify)
     else:
         starts, lengths = index
-        if verify and rows is not None:
-            _check_data(view, starts[rows], lengths[rows], name, rows)
     total = len(starts)
     if count is not None and count[0] != total:
         raise DataError(f"{name}: holds {total:,} records; {count[1]} says {count[0]:,}")
+    if index is not None and verify and rows is not None:
+        _check_data(view, starts[rows], lengths[rows], name, rows)
     picks = range(total) if rows is None else rows.tolist()
     raw = np.frombuffer(view, np.uint8)
     picked = [(i, raw[int(starts[i]) : int(starts[i] + lengths[i])]) for i in picks]

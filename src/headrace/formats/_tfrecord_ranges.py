@@ -55,6 +55,10 @@ class RecordImage(SparseImage):
 
     def want(self, rows: NDArray[np.int64]) -> None:
         starts, lengths = self.records
+        # Rows past the records (a count given that is wrong) are not fetched: the
+        # decode refuses them, naming the file and both counts (an IndexError here until
+        # 2026-12-07).
+        rows = rows[rows < len(starts)]
         a = starts[rows] - HEADER
         b = starts[rows] + lengths[rows] + FOOTER
         self.fill(list(zip(a.tolist(), b.tolist(), strict=True)))
