@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
 from headrace.formats._arrow_numpy import valid_rows
 from headrace.formats._file_list import is_object_url
@@ -47,8 +49,19 @@ from headrace.formats._table_schema import numeric_dtype
 from headrace.formats._tokens import TokenFile
 from headrace.io import LocalFile, deep_io_pool
 from headrace.io._batch import results
+from headrace.io._open_files import MAX_IDLE_FILES
 
-__all__ = ["PACKED_DTYPES", "RemoteSegments", "SegmentedFile", "table_token_files"]
+__all__ = [
+    "MAX_OPEN_MEMBERS",
+    "PACKED_DTYPES",
+    "RemoteSegments",
+    "SegmentedFile",
+    "table_token_files",
+]
+
+#: The most members (shards) a :class:`SegmentedFile` holds open: a window's reads go
+#: through its members in order, so the few it is reading are the most recently read.
+MAX_OPEN_MEMBERS = MAX_IDLE_FILES
 
 #: Value types of a token-list column that can be read as a token stream.
 PACKED_DTYPES = (
@@ -74,9 +87,11 @@ def table_token_files(
     ``ds["input_ids"]`` is one sequence of rows: samples run across shards, an
     empty or short shard is just fewer tokens, and only the dataset's last ``L``
     tokens can go unsampled. Returned as a list of one :class:`TokenFile`, for
-    :class:`~headrace.formats.TokenSource`. ``column`` must be a
-    ``list``/``large_list`` of uint16, uint32, int32 or int64 without nulls. Only
-    record batch headers are read (the values stay unread pages). Parquet
+    :class:`~headrace.formats.TokenSource`. ``column`` must be a ``list``,
+    ``large_list`` or ``fixed_size_list`` (datasets' ``Sequence(Value(...),
+    length=N)``: a document a row, each ``N`` tokens) of uint16, uint32, int32 or
+    int64 without nulls. Only record batch headers are read (the values stay unread
+    pages). Parquet
     (encoded, compressed pages) and compressed Arrow IPC are refused: their tokens
     are not byte ranges of the file.
 
@@ -184,33 +199,50 @@ def _column_stream(pa: Any, path: str, column: str) -> _Stream:
                 "lists are not byte ranges of the file: pack from an Arrow copy (datasets' "
                 "save_to_disk) or use TableSource, which pads rows instead"
             )
-        dtype, large = _token_column(pa, path, part.schema, column)
-        segments, starts, n = _segments(part, column, dtype, large)
+        dtype, layout = _token_column(pa, path, part.schema, column)
+        segments, starts, n = _segments(part, column, dtype, layout)
     finally:
         part.close()
     return dtype, segments, starts, n, part.stamp
 
 
-def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtype[Any], bool]:
-    """(token dtype, whether offsets are 64-bit) of ``column``, a list of token ids."""
+#: How a column's rows are found in its values: the dtype of its row offsets (a
+#: ``list``, ``large_list``), or every row's length (a ``fixed_size_list``, which has none).
+_Rows = np.dtype[Any] | int
+
+
+def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtype[Any], _Rows]:
+    """(token dtype, how its rows are found: :data:`_Rows`) of ``column``, a list of
+    token ids."""
     if column not in schema.names:
         raise ConfigError(f"{path}: no column {column!r}; it has {', '.join(schema.names)}")
     typ = schema.field(column).type
-    listed = pa.types.is_list(typ) or pa.types.is_large_list(typ)
+    t = pa.types
+    listed = t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ)
+    # A list view's rows are not one run of its ids: a list of them once cast.
+    view = t.is_list_view(typ) or t.is_large_list_view(typ)
     if not listed or not (
-        pa.types.is_integer(typ.value_type) and numeric_dtype(pa, typ.value_type) in PACKED_DTYPES
+        t.is_integer(typ.value_type) and numeric_dtype(pa, typ.value_type) in PACKED_DTYPES
     ):
         # Casting helps a list of other numbers; another kind of column is the wrong one.
-        fix = (
-            f"cast it first, e.g. datasets' ds.cast_column({column!r}, Sequence(Value('int32')))"
-            if listed and pa.types.is_integer(typ.value_type)
-            else "name the column of token id lists with column=..., e.g. 'input_ids'"
-        )
+        if view and t.is_integer(typ.value_type):
+            fix = "cast it to a list first, e.g. pyarrow's table.cast() to list<int32> ids"
+        elif listed and t.is_integer(typ.value_type):
+            fix = (
+                f"cast it first, e.g. datasets' ds.cast_column({column!r}, "
+                "Sequence(Value('int32')))"
+            )
+        else:
+            fix = "name the column of token id lists with column=..., e.g. 'input_ids'"
         raise ConfigError(
             f"{path}: column {column!r} is {typ}; packing reads a list of uint16, "
             f"uint32, int32 or int64 token ids ({fix})"
         )
-    return numeric_dtype(pa, typ.value_type), bool(pa.types.is_large_list(typ))
+    if t.is_fixed_size_list(typ):
+        return numeric_dtype(pa, typ.value_type), int(typ.list_size)
+    return numeric_dtype(pa, typ.value_type), np.dtype(
+        np.int64 if t.is_large_list(typ) else np.int32
+    )
 
 
 def _remote_stream(
@@ -228,18 +260,23 @@ def _remote_stream(
     try:
         root, objects, saved = resolve_urls(path, files)
         other = [u for u, _ in objects if not u.endswith(IPC_SUFFIXES)]
-        if other:
+        if other and other[0].endswith(".parquet"):
             raise ConfigError(
                 f"{other[0]}: a Parquet file's pages are encoded and compressed, so its "
                 "token lists are not byte ranges of the file: pack from an Arrow copy "
                 "(datasets' save_to_disk) or use TableSource, which pads rows instead"
+            )
+        if other:  # an object's name says how it is read, as Table reads it
+            raise ConfigError(
+                f"{other[0]}: not named as an Arrow IPC file ({', '.join(IPC_SUFFIXES)}); "
+                "an object's name says how it is read: name it .arrow if it is one"
             )
         parts = RemoteArrow.open_all(objects, files, pa)
         dtypes: set[np.dtype[Any]] = set()
         plans = []
         for part, (_, info) in zip(parts, objects, strict=True):
             refuse_indices_mapping(pa, part.path, part.schema)
-            dtype, large = _token_column(pa, part.path, part.schema, column)
+            dtype, layout = _token_column(pa, part.path, part.schema, column)
             if dtypes and dtype not in dtypes:
                 raise ConfigError(
                     f"{part.path}: column {column!r} holds {dtype} ids, the shards before "
@@ -247,7 +284,7 @@ def _remote_stream(
                 )
             dtypes.add(dtype)
             handle = files.open(part.path, info.size, info.etag)
-            plans.append(_offset_reads(pa, part, handle, column, large))
+            plans.append(_offset_reads(pa, part, handle, column, layout))
         wait_all([f for _, reads in plans for _, _, _, f in reads])
     finally:
         files.close()
@@ -259,15 +296,11 @@ def _remote_stream(
     rows = 0
     for m, (part, reads) in enumerate(zip(parts, [r for _, r in plans], strict=True)):
         first_rows.append(rows)
-        for at, limit, fetched, _ in reads:
+        for b, (at, limit, fetched, _) in enumerate(reads):
             offsets = fetched.astype(np.int64)
+            _check_offsets(part.path, column, b, rows - first_rows[-1], offsets, limit // isz)
             rows += len(offsets) - 1
             n = int(offsets[-1] - offsets[0])
-            if offsets[0] < 0 or n < 0 or (offsets[0] + n) * isz > limit:
-                raise FormatError(
-                    f"{part.path}: column {column!r}'s row offsets run past its values "
-                    f"({int(offsets[0])} to {int(offsets[-1])} ids in {limit} bytes)"
-                )
             if n:
                 segments.append((m, at + int(offsets[0]) * isz, n * isz))
             bounds.append(tokens + offsets[:-1] - offsets[0])
@@ -290,7 +323,7 @@ def _remote_stream(
 
 
 def _offset_reads(
-    pa: Any, part: Any, handle: Any, column: str, large: bool
+    pa: Any, part: Any, handle: Any, column: str, layout: _Rows
 ) -> tuple[Any, list[tuple[int, int, NDArray[Any], Future[None]]]]:
     """Per record batch of ``part``: (where its values of ``column`` start in the object,
     how many bytes they may take, its row offsets (being fetched), the GET's future)."""
@@ -306,7 +339,9 @@ def _offset_reads(
             "over (a union, view or run-end encoded column): drop it before saving"
         )
     first = sum(k for k in counts[:-1] if k is not None)
-    width = np.int64 if large else np.int32
+    # The column's buffers: validity, offsets (not in a fixed-size list), the ids' validity,
+    # the ids.
+    values = first + (2 if isinstance(layout, int) else 3)
     reads = []
     row = 0
     for b, (start, _) in enumerate(index.spans):
@@ -327,32 +362,36 @@ def _offset_reads(
                 "byte ranges of the file: write the dataset uncompressed (save_to_disk does)"
             )
         body = start + index.heads[b]
-        offsets = np.zeros(rows + 1, dtype=width)
-        if rows:
+        fut: Future[None] = Future()
+        if isinstance(layout, int):  # row i: ids [i * size, (i + 1) * size)
+            offsets = np.arange(rows + 1, dtype=np.int64) * layout
+            fut.set_result(None)
+        elif rows:
+            offsets = np.zeros(rows + 1, dtype=layout)
             at, size = bufs[first + 1].tolist()
             if size < offsets.nbytes:
                 raise FormatError(
                     f"{part.path}: record batch {b}: {size} bytes of row offsets for {rows} rows"
                 )
             fut = handle.read_into(offsets, body + at)
-        else:
-            fut = Future()  # no rows: nothing to fetch
+        else:  # no rows: nothing to fetch
+            offsets = np.zeros(1, dtype=layout)
             fut.set_result(None)
-        values_at, values_size = bufs[first + 3].tolist()
+        values_at, values_size = bufs[values].tolist()
         reads.append((body + values_at, values_size, offsets, fut))
         row += rows
     return part, reads
 
 
 def _segments(
-    part: Any, column: str, dtype: np.dtype[Any], large: bool
+    part: Any, column: str, dtype: np.dtype[Any], layout: _Rows
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], int]:
     """(byte ranges of the values, in row order; row starts in tokens; tokens)."""
     isz = dtype.itemsize
     ranges: list[tuple[int, int]] = []
     starts: list[NDArray[np.int64]] = []
     tokens = row = 0
-    for batch in part.batches:
+    for b, batch in enumerate(part.batches):
         col = batch.column(column)
         if col.null_count:
             first = row + int(np.flatnonzero(~valid_rows(col))[0])
@@ -366,12 +405,18 @@ def _segments(
                 f"{part.path}: column {column!r} has null token ids in rows {row} to "
                 f"{row + len(col) - 1}"
             )
-        width = np.int64 if large else np.int32
-        offsets = np.frombuffer(col.buffers()[1], dtype=width)
-        offsets = offsets[col.offset : col.offset + len(col) + 1].astype(np.int64)
+        if isinstance(layout, int):  # row i: ids [i * size, (i + 1) * size) of the child
+            offsets = np.arange(col.offset, col.offset + len(col) + 1, dtype=np.int64) * layout
+        elif not len(col):  # no rows: Arrow lets their offsets buffer be empty
+            offsets = np.zeros(1, dtype=np.int64)
+        else:
+            offsets = np.frombuffer(col.buffers()[1], dtype=layout)
+            offsets = offsets[col.offset : col.offset + len(col) + 1].astype(np.int64)
+        values = child.buffers()[1]
+        held = 0 if values is None else values.size // isz - child.offset
+        _check_offsets(part.path, column, b, row, offsets, held)
         n = int(offsets[-1] - offsets[0])
         if n:
-            values = child.buffers()[1]
             at = values.address - part.map_address + (child.offset + int(offsets[0])) * isz
             if at < 0 or at + n * isz > part.size:
                 raise FormatError(
@@ -385,6 +430,28 @@ def _segments(
         row += len(col)
     starts_all = np.concatenate([*starts, np.zeros(0, np.int64)]).astype(np.int64)
     return np.asarray(ranges, dtype=np.int64).reshape(-1, 2), starts_all, tokens
+
+
+def _check_offsets(
+    path: str, column: str, batch: int, row: int, offsets: NDArray[np.int64], held: int
+) -> None:
+    """Refuse row offsets of record batch ``batch`` (its first row: the file's ``row``)
+    that are not a run of its ``held`` values: read as they are, a damaged file's bytes
+    before or past them (its own offsets, the next buffer) were tokens, and offsets
+    that go down made document bounds that go back (the position ids of other rows)."""
+    if offsets[0] < 0 or offsets[-1] > held:
+        raise FormatError(
+            f"{path}: column {column!r}'s row offsets run past its values in record batch "
+            f"{batch} ({int(offsets[0])} to {int(offsets[-1])} ids of {held} held): {RECOPY}"
+        )
+    down = np.flatnonzero(offsets[1:] < offsets[:-1])
+    if down.size:
+        r = int(down[0])
+        raise FormatError(
+            f"{path}: column {column!r}'s row offsets go down in record batch {batch}: "
+            f"row {row + r} ends at id {int(offsets[r + 1])}, before it starts (at "
+            f"{int(offsets[r])}): {RECOPY}"
+        )
 
 
 class _Segments:
@@ -448,8 +515,10 @@ class SegmentedFile(_Segments):
 
     ``segments`` rows are (member, offset, length): ``members[member]``'s bytes
     ``[offset, offset + length)``. A member is opened at its first read (and its size
-    checked against its ranges), so a dataset of many shards holds open only those read.
-    ``versions``: each member's (size, version tag) where its ranges were found
+    checked against its ranges), and at most :data:`MAX_OPEN_MEMBERS` are held: the
+    least recently read of the others are closed (opened again, and checked again,
+    when read again), so an epoch over thousands of shards does not hold a descriptor
+    each. ``versions``: each member's (size, version tag) where its ranges were found
     (:func:`table_token_files`); a member opened as another version is refused.
     """
 
@@ -463,25 +532,44 @@ class SegmentedFile(_Segments):
         super().__init__(path, segments)
         self._members = list(members)
         self._versions = list(versions)
-        self._open: dict[int, LocalFile] = {}
+        self._open: dict[int, LocalFile] = {}  # least recently read first
+        self._reading: dict[int, int] = {}  # member -> reads under way (never closed)
+        # Blocks are read on the I/O pool's threads: a member is opened once, and never
+        # closed under a read.
+        self._lock = threading.Lock()
         self._need = np.zeros(len(self._members), dtype=np.int64)
         np.maximum.at(self._need, self._member, segments[:, 1] + segments[:, 2])
 
+    def _take(self, m: int) -> LocalFile:
+        """Member ``m`` open, counted as read until :meth:`_done`."""
+        with self._lock:
+            f = self._open.pop(m, None)
+            self._open[m] = f if f is not None else self._file(m)  # most recently read last
+            self._reading[m] = self._reading.get(m, 0) + 1
+            return self._open[m]
+
+    def _done(self, m: int) -> None:
+        with self._lock:
+            self._reading[m] -= 1
+            if not self._reading[m]:
+                del self._reading[m]
+            extra = len(self._open) - MAX_OPEN_MEMBERS
+            for idle in [i for i in self._open if i not in self._reading][: max(0, extra)]:
+                self._open.pop(idle).close()
+
     def _file(self, m: int) -> LocalFile:
-        f = self._open.get(m)
-        if f is None:
-            f = LocalFile(self._members[m])
-            need = int(self._need[m])
-            if need > f.size:
-                size = f.size
-                f.close()
-                raise ReadEOFError(
-                    f"{self._members[m]}: the token lists end at byte {need} but the file "
-                    f"has {size} bytes (it changed since it was listed)"
-                )
-            if self._versions:
-                self._check_version(m, f)
-            self._open[m] = f
+        """Open member ``m``, checked against its ranges (and version)."""
+        f = LocalFile(self._members[m])
+        need = int(self._need[m])
+        if need > f.size:
+            size = f.size
+            f.close()
+            raise ReadEOFError(
+                f"{self._members[m]}: the token lists end at byte {need} but the file "
+                f"has {size} bytes (it changed since it was listed)"
+            )
+        if self._versions:
+            self._check_version(m, f)
         return f
 
     def _check_version(self, m: int, f: LocalFile) -> None:
@@ -509,9 +597,14 @@ class SegmentedFile(_Segments):
     def pread_into(self, buf: NDArray[np.uint8], offset: int) -> None:
         """Fill ``buf`` with bytes ``[offset, offset + len(buf))`` of the concatenation."""
         for m, at, a, b in self.pieces(offset, len(buf)):
-            self._file(m).pread_into(buf[a:b], at)
+            f = self._take(m)
+            try:
+                f.pread_into(buf[a:b], at)
+            finally:
+                self._done(m)
 
     def close(self) -> None:
-        for f in self._open.values():
-            f.close()
-        self._open.clear()
+        with self._lock:
+            for f in self._open.values():
+                f.close()
+            self._open.clear()

@@ -11,6 +11,7 @@ a new ``str`` rather than touching a shared one.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast, overload
 
@@ -92,7 +93,13 @@ class PackedNames(Sequence[str]):
             first = int(self._ends[start - 1]) if start else 0
             last = int(self._ends[stop - 1]) if stop > start else first
             return PackedNames(self._data[first:last], self._ends[start:stop] - first)
-        a, b = self._span(i.__index__())
+        try:
+            at = operator.index(i)
+        except TypeError:
+            raise TypeError(
+                f"name indices must be integers or slices, not {type(i).__name__}"
+            ) from None
+        a, b = self._span(at)
         return str(self._view[a:b], "utf-8", _ERRORS)
 
     def __iter__(self) -> Iterator[str]:
@@ -156,9 +163,10 @@ class PackedTags(Sequence["str | None"]):
         if isinstance(i, slice):
             missing = None if self._missing is None else self._missing[i]
             return PackedTags(self._names[i], missing)
+        name = self._names[i]  # a bad index raises as a list's does
         if self._missing is not None and self._missing[i]:
             return None
-        return self._names[i]
+        return name
 
     def __iter__(self) -> Iterator[str | None]:
         if self._missing is None:
@@ -218,7 +226,10 @@ class PackedSizes(Sequence[int]):
         return iter(self.array.tolist())
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray[Any]:
-        return self.array if dtype is None else self.array.astype(dtype)
+        # ``copy=True`` (np.array's default) promises an array of the caller's own, not
+        # this read-only one; otherwise (np.asarray) no copy unless another dtype needs it.
+        out = self.array if dtype is None else self.array.astype(dtype, copy=False)
+        return out.copy() if copy and out is self.array else out
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
