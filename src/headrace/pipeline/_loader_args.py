@@ -146,6 +146,11 @@ def _read_with(source: Any) -> str:
 
 def check_source(source: Any, transform: Any) -> None:
     """The source has the Source protocol's methods; a transform takes ``(arrays, samples)``."""
+    if isinstance(source, type):  # Loader(PaddedRows, ...): its methods are functions
+        raise ConfigError(
+            f"source is the class {source.__name__}, not a source: make one first, e.g. "
+            f"Loader({source.__name__}(...), batch_size=...)."
+        )
     if not all(callable(getattr(source, m, None)) for m in ("read", "fingerprint")):
         way = _read_with(source)
         raise ConfigError(
