@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import fields
 from typing import TypeVar
 
 from headrace.errors import TransientStorageError
@@ -39,6 +41,32 @@ __all__ = ["Tries"]
 T = TypeVar("T")
 
 
+def _longer(policy: RetryPolicy) -> str:
+    """``policy`` with twice the attempts, each wait up to twice as long, as code to paste.
+
+    Waits of 0 become the defaults' (twice 0 waits no longer), and the fields given
+    other than the delays are kept: the code replaces the policy, not only its waits.
+    """
+    args = [f"attempts={2 * policy.attempts}"]
+    args.append(f"max_delay_s={2 * policy.max_delay_s or _DEFAULT.max_delay_s:g}")
+    if not policy.base_delay_s:
+        args.append(f"base_delay_s={_DEFAULT.base_delay_s:g}")
+    args.extend(_given(policy, "attempts", "base_delay_s", "max_delay_s"))
+    return f"RetryPolicy({', '.join(args)})"
+
+
+def _given(policy: RetryPolicy, *but: str) -> list[str]:
+    """``policy``'s fields other than the defaults and ``but``, as ``name=value``."""
+    return [
+        f"{f.name}={getattr(policy, f.name)!r}"
+        for f in fields(policy)
+        if f.name not in but and getattr(policy, f.name) != getattr(_DEFAULT, f.name)
+    ]
+
+
+_DEFAULT = RetryPolicy()
+
+
 class Tries:
     """Runs requests with ``policy``'s retries and counts their tries.
 
@@ -56,6 +84,7 @@ class Tries:
         self._limit = InFlightLimit(adapt=policy.adapt_in_flight)
         self._throttled_before = 0
         self._rng = random.Random()
+        self._pid = os.getpid()
 
     # -- stats ------------------------------------------------------------------------------
 
@@ -118,6 +147,10 @@ class Tries:
         """
         attempt, throttles, started = tries
         policy = self.policy
+        if self._pid != os.getpid():
+            # A forked child (a store made before the workers were forked) had its
+            # parent's jitter, as had its siblings: all of them retried together.
+            self._pid, self._rng = os.getpid(), random.Random()
         throttled = is_throttle(exc)
         self._limit.release(ticket, throttled=throttled)
         err, transient = classify(exc, where)
@@ -177,10 +210,19 @@ class Tries:
                 elif throttled:
                     why += (
                         ": the store throttled for longer than a request waits (4 x "
-                        "attempts throttled tries, each up to max_delay_s apart); to wait "
-                        'longer, pass store_options={"retry": RetryPolicy('
-                        f"attempts={2 * policy.attempts}, "
-                        f"max_delay_s={2 * policy.max_delay_s:g})}}"
+                        "attempts throttled tries, each up to max_delay_s apart)"
+                        if policy.adapt_in_flight
+                        else ": the store throttled (adapt_in_flight=False: every "
+                        "throttled try is an attempt)"
+                    )
+                    why += f'; to wait longer, pass store_options={{"retry": {_longer(policy)}}}'
+                elif str(err).startswith(f"{where}: timed out"):  # classify()'s words
+                    # A large object on a slow link times out every try alike.
+                    patient = [f"timeout_s={4 * policy.timeout_s:g}", *_given(policy, "timeout_s")]
+                    why += (
+                        f": each try is cut at timeout_s={policy.timeout_s:g} s, connect and "
+                        "transfer together; for a slow store, or a read that takes longer, "
+                        f'pass store_options={{"retry": RetryPolicy({", ".join(patient)})}}'
                     )
             err = TransientStorageError(f"{err} ({why})")
         raise err from exc

@@ -48,6 +48,11 @@ _CONNECTION_WORDS = (
 )
 
 
+#: The longest wait or timeout a policy takes, in seconds (about 31 years): time.sleep
+#: and datetime.timedelta overflow not far above.
+_MAX_S = 1e9
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
     """How often and how patiently to retry transient failures.
@@ -80,15 +85,25 @@ class RetryPolicy:
     connect_retry_s: float = 10.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attempts, int) or self.attempts < 1:
+        if (
+            isinstance(self.attempts, bool)
+            or not isinstance(self.attempts, int)
+            or self.attempts < 1
+        ):
             raise ConfigError(f"Retry attempts must be an integer >= 1 (got {self.attempts!r}).")
-        if self.base_delay_s < 0 or self.max_delay_s < 0:
+        # "not <=" refuses NaN too: time.sleep(nan) raised ValueError at the first retry,
+        # and a wait or timeout past _MAX_S OverflowError from time.sleep or timedelta.
+        if not (0 <= self.base_delay_s <= _MAX_S and 0 <= self.max_delay_s <= _MAX_S):
             raise ConfigError(
-                f"Retry delays must be >= 0 (got base_delay_s={self.base_delay_s}, "
-                f"max_delay_s={self.max_delay_s})."
+                f"Retry delays must be seconds from 0 to {_MAX_S:g} (got base_delay_s="
+                f"{self.base_delay_s}, max_delay_s={self.max_delay_s})."
             )
-        if self.timeout_s <= 0:
-            raise ConfigError(f"Request timeout must be > 0 seconds (got {self.timeout_s}).")
+        if not 0 < self.timeout_s <= _MAX_S:
+            raise ConfigError(
+                f"Request timeout_s must be > 0 and at most {_MAX_S:g} seconds (got "
+                f"{self.timeout_s}); for a request that may take very long, give a long "
+                "timeout, e.g. 86400 for a day."
+            )
         if not self.connect_retry_s >= 0:  # NaN too
             raise ConfigError(
                 f"connect_retry_s must be >= 0 seconds (got {self.connect_retry_s}); "
@@ -97,7 +112,8 @@ class RetryPolicy:
 
     def delay_s(self, retry: int, rng: random.Random) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
-        cap = min(self.max_delay_s, self.base_delay_s * 2.0 ** (retry - 1))
+        # 2.0**1024 overflows a float: past the 64th retry any cap is reached anyway.
+        cap = min(self.max_delay_s, self.base_delay_s * 2.0 ** min(retry - 1, 64))
         return cap * (0.5 + 0.5 * rng.random())
 
 
@@ -140,12 +156,25 @@ def _profile_note() -> str:
     )
 
 
+# What in obstore's words names the object, not the store's answer: a URL, a key.
+_NAMES = re.compile(r"[a-z][a-z0-9+.-]*://[^\s)]*|(?:location|path):? \S+", re.IGNORECASE)
+
+
 def is_throttle(exc: BaseException) -> bool:
-    """Whether the store asked us to slow down (429, 503, or an error code that says so)."""
+    """Whether the store asked us to slow down (429, 503, or an error code that says so).
+
+    The words are looked for in the store's error code, or, where it gave none, in the
+    message without its URLs and keys: a key under ``slowdown/`` or ``throttled-logs/``
+    made every failure there a throttle (a 500 retried as one, a 404 halving the limit).
+    """
     text = str(exc)
-    if _status(text) in (429, 503):
+    status = _status(text)
+    if status in (429, 503):
         return True
-    low = text.lower()
+    code, _ = _store_said(text)
+    if code is None and status is not None:
+        return False  # another HTTP status, and no code that says "slow down"
+    low = (_NAMES.sub(" ", text) if code is None else code).lower()
     return any(word in low for word in _THROTTLE_WORDS)
 
 
@@ -162,7 +191,7 @@ def is_connection_failure(exc: BaseException) -> bool:
     text = str(exc)
     if _status(text) is not None:
         return False
-    low = text.lower()
+    low = _NAMES.sub(" ", text).lower()  # not the words of a key: .../timedout/x.bin
     if any(word in low for word in _TIMEOUT_WORDS + _BODY_WORDS + _EOF_WORDS):
         return False
     return any(word in low for word in _CONNECTION_WORDS)
@@ -317,7 +346,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         if status >= 500 or status in (408, 429):
             return TransientStorageError(f"{where}: HTTP {status} ({brief})"), True
         return StorageError(f"{where}: HTTP {status}{said} ({brief})"), False
-    low = text.lower()
+    # The store's words, not those of a URL or key (a refused connection to .../timedout/
+    # was "timed out", and so not retried for connect_retry_s).
+    low = _NAMES.sub(" ", text).lower()
     if "invalidcertificate" in low:
         # A TLS handshake that will fail the same way every time: say so, do not retry.
         why = re.search(r"InvalidCertificate\(\s*(\w+)(?:\(\s*(?:\w+\(\s*)*(\w+))?", text)

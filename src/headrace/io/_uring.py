@@ -170,6 +170,18 @@ def _sys_enter(fd: int, to_submit: int, min_complete: int, flags: int) -> int:
     return n
 
 
+# What a refusal of io_uring_setup says of the machine (a container's seccomp profile
+# refuses it with EPERM, gVisor and kernels built without io_uring with ENOSYS).
+_SETUP_REFUSED = {
+    errno.EPERM: " (forbidden here: a seccomp profile, e.g. a container's default, or "
+    "the sysctl kernel.io_uring_disabled)",
+    errno.ENOSYS: " (this kernel or sandbox has no io_uring)",
+    errno.ENOMEM: " (before Linux 5.12 a ring's memory counts against the locked-memory "
+    "limit: raise ulimit -l)",
+}
+# A ring refused for want of file descriptors: perhaps for now, not for good.
+_FOR_NOW = (errno.EMFILE, errno.ENFILE)
+
 # Buffers of reads that a failed ring may still be filling: never freed.
 _PARKED: list[object] = []
 
@@ -185,7 +197,8 @@ class Ring:
         try:
             fd = _sys_setup(entries, p)
         except OSError as exc:
-            raise UringUnavailable(f"io_uring_setup failed: {exc.strerror}") from exc
+            why = _SETUP_REFUSED.get(exc.errno or 0, "")
+            raise UringUnavailable(f"io_uring_setup failed: {exc.strerror}{why}") from exc
         self.fd = fd
         self.broken = False
         self._maps: list[mmap.mmap] = []
@@ -495,9 +508,12 @@ class RingPool:
         try:
             ring = Ring()
         except UringUnavailable as exc:
+            cause = exc.__cause__
+            for_now = isinstance(cause, OSError) and cause.errno in _FOR_NOW
             with self._lock:
                 self.failure = str(exc)
-                if not self._worked:  # it never worked: it never will
+                # It never worked: it never will, unless the process was out of fds.
+                if not self._worked and not for_now:
                     self.reason = str(exc)
             return None
         self._worked = True
