@@ -24,6 +24,7 @@ import pytest
 
 from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource, TableSource, TokenSource
+from headrace.io import ObjectStore
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
 
@@ -274,3 +275,19 @@ def test_a_url_that_redirects_is_followed_at_each_request(tmp_path: Path) -> Non
         assert any(r.startswith("GET /t.parquet?sig=x") for r in requests)
     local_table.close()
     local_files.close()
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_a_prefix_given_with_a_trailing_slash_asks_for_the_same_paths(
+    tmp_path: Path, slash: str
+) -> None:
+    # http://host/pre/ asked for /pre//f0.bin until 2026-12-07 (a strict server: 404,
+    # or another file), where http://host/pre asked for /pre/f0.bin.
+    (tmp_path / "pre").mkdir()
+    (tmp_path / "pre" / "f0.bin").write_bytes(b"abc" * 100)
+    for url, requests in _serve(tmp_path, "strong"):
+        with ObjectStore(f"{url}/pre{slash}") as store:
+            assert bytes(store.get("f0.bin")) == b"abc" * 100
+            assert bytes(store.get_ranges("f0.bin", [(3, 3)])[0]) == b"abc"
+        got = [r for r in requests if "f0.bin" in r]
+        assert got and all(r.endswith(" /pre/f0.bin") for r in got), got

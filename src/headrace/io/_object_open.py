@@ -184,6 +184,9 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                         credential_provider=_given(key),
                     )
                 return url.rstrip("/"), az
+            if scheme in ("http", "https"):
+                # Its keys are joined on with a "/": http://host/pre/ asked for /pre//x.
+                opened = opened.rstrip("/")
             other = from_url(
                 opened, config=opts or None, client_options=http, retry_config=no_retry
             )
