@@ -66,14 +66,16 @@ def pad_batch(
 
     Rows of items of a shape (a :class:`~headrace.formats.Ragged` of values ``(N, 4)``,
     or NumPy arrays or tensors ``(n_i, 4)``: boxes) pad whole items, to ``(B, width,
-    4)`` and a ``(B, width)`` mask.
+    4)`` and a ``(B, width)`` mask; a row of no items among them may be ``(0,)`` (an
+    image's boxes saved from an empty list) or ``[]``.
 
     ``side`` says where padding goes ("left" for decoder prompts).
     ``width=None`` pads to the longest row; an ``int`` fixes it, and a longer
     row raises :class:`ConfigError` naming it unless ``truncate=True``, which
     keeps each row's *first* ``width`` items whatever the side. ``dtype``
     defaults to the rows' (NumPy's result type across rows, in native byte order; inferred from
-    the values for Python lists; never a float64 that rounds an integer:
+    the values for Python lists, the kept ones where truncating; never a float64 that rounds
+    an integer:
     integer lists past int64 are uint64, other mixes raise :class:`DataError`);
     ``pad_value`` must fit it. A ``dtype`` that
     would change a value (overflow, a fraction into an integer or bool dtype,
@@ -132,7 +134,10 @@ def pad_batch(
             if start:
                 offsets = offsets - start
             _check_flat(values, offsets, out_dtype, w if truncate else None)
-            values = values.astype(out_dtype)
+            # Checked: a value that does not fit is one truncation drops (a 1e6 score
+            # for float16, NaN for int8), which NumPy warned of as it cast the rest.
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = values.astype(out_dtype)
         out = np.full((n, w, *values.shape[1:]), pad_value, dtype=out_dtype)
         mask = np.empty((n, w), dtype=np.bool_)
         formats.Ragged.fill(values, offsets, out, mask, left=side == "left", truncate=truncate)
@@ -385,7 +390,11 @@ def _flatten(
             )
         rows = [_tensor_array(i, r, dtype) for i, r in enumerate(rows)]
     lists = False
-    item = next((r.shape[1:] for r in rows if isinstance(r, np.ndarray)), ())
+    # The first array row that has items says their shape: an empty one (np.array([]),
+    # an image's boxes saved from an empty list) has none to say it with.
+    like = next((r for r in rows if isinstance(r, np.ndarray) and r.shape != (0,)), None)
+    item = () if like is None else like.shape[1:]
+    rows = list(rows)  # (empty rows become arrays of no items of that shape)
     for i, r in enumerate(rows):
         if isinstance(r, np.ndarray):
             if r.ndim == 0:
@@ -396,13 +405,18 @@ def _flatten(
                     "of items: wrap it ([x]), or pass a 1-D one (np.atleast_1d(x))"
                 )
             # Rows of items of a shape (a row of boxes: (n, 4)) pad as whole items.
-            if r.shape[1:] != item:
+            if r.shape[1:] != item and r.shape == (0,):
+                rows[i] = r.reshape(0, *item)  # no items: none of another shape
+            elif r.shape[1:] != item:
                 raise errors.ConfigError(
                     f"row {i} has shape {r.shape}; rows must be 1-D, or all of items of one "
                     f"shape (row {i}'s are {r.shape[1:]}, the first array row's {item})"
                 )
         elif isinstance(r, (list, tuple)):
-            lists = True
+            if not r and like is not None and item:  # no boxes, beside rows of boxes
+                rows[i] = np.empty((0, *item), like.dtype)
+            else:
+                lists = True
         else:
             raise errors.ConfigError(
                 f"row {i} is a {type(r).__name__}; expected a list, a 1-D NumPy array "
@@ -426,6 +440,11 @@ def _flatten(
             "of lists must be flat sequences of numbers; pass every row as an array (or "
             f"tensor) of items of shape {item}"
         )
+    if keep is not None and dtype is None:
+        # Inferred from the items truncation keeps, as a given dtype is checked against
+        # them alone: a dropped 2.5 made the batch float64, and a dropped None refused it.
+        rows = [r[:keep] for r in rows]
+        np.cumsum(np.minimum(lengths, keep), out=offsets[1:])
     # Python lists (possibly mixed with arrays): one C-level pass over all
     # items, NumPy inferring the dtype unless given.
     flat = list(chain.from_iterable(rows))
@@ -468,7 +487,8 @@ def _tensor_array(i: int, row: Any, dtype: DTypeLike | None) -> NDArray[Any]:
     tensor is copied to host). A floating dtype NumPy lacks (bfloat16, float8)
     is widened to float32, which holds each of its values exactly, when
     ``dtype`` says what to pad in; without one there is no NumPy dtype to keep."""
-    t = row.detach().cpu()
+    # A negative or conjugate bit (spectrum.conj().imag) is applied: numpy() refuses it.
+    t = row.detach().cpu().resolve_conj().resolve_neg()
     try:
         return cast("NDArray[Any]", t.numpy())
     except TypeError as exc:  # "Got unsupported ScalarType BFloat16"
@@ -505,7 +525,7 @@ def _inferred(flat: list[Any], offsets: NDArray[np.int64]) -> NDArray[Any]:
     exact = 2.0 ** (np.finfo(values.dtype).nmant + 1)
     if -exact < values.min() and values.max() < exact:  # NaN fails both: looked at
         return values
-    if values.max() >= 2.0**63:
+    if float(values.max()) >= 2.0**63:  # (2.0**63 as float16, NumPy's choice, overflowed)
         try:
             return np.frombuffer(array("Q", flat), np.uint64)
         except _MISFIT:
@@ -591,7 +611,9 @@ def _item_fits(v: Any, wide: np.dtype[Any]) -> bool:
         return False
     if not isinstance(v, (int, float, np.number)):
         return True  # e.g. the string "7": NumPy parses it
-    got = x.item()
+    # Both as Python numbers, compared exactly: a wrapped uint64 beside a float16 scalar
+    # compared as float16, and overflowed (a RuntimeWarning from NumPy).
+    got, v = x.item(), v.item() if isinstance(v, np.generic) else v
     return bool(got == v) or (got != got and v != v)  # NaN stays NaN
 
 

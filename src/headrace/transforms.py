@@ -95,7 +95,7 @@ class RandomCrop:
                 )
             if out is None:
                 out = _filled(self, (len(images), height, width, *img.shape[2:]), img, samples, i)
-            elif img.shape[2:] != out.shape[3:] or img.dtype != out.dtype:
+            elif img.shape[2:] != out.shape[3:] or _order(img) != out.dtype:
                 raise errors.DataError(
                     f"RandomCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
                     f"{img.dtype} {img.shape}, the first was {out.dtype} with channels "
@@ -113,7 +113,7 @@ class RandomCrop:
                 _copy_mirrored(dest, crop)
             else:
                 dest[...] = crop
-        return _replaced(arrays, self.key, out, self.size, resizes=False)
+        return _replaced(arrays, self.key, out, self.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +164,12 @@ class RandomResizedCrop:
                 left = int(rng.integers(0, width - w + 1))
                 return top, left, h, w
         shape_ratio = width / height  # no luck: the centre, clipped to the ratio range
+        # At least a pixel: a side that rounds to 0 (a 10 x 1 image, ratio (3, 4)) made an
+        # empty region, which Pillow resized to zeros whatever the image held.
         if shape_ratio < self.ratio[0]:
-            w, h = width, round(width / self.ratio[0])
+            w, h = width, max(round(width / self.ratio[0]), 1)
         elif shape_ratio > self.ratio[1]:
-            h, w = height, round(height * self.ratio[1])
+            h, w = height, max(round(height * self.ratio[1]), 1)
         else:
             h, w = height, width
         return (height - h) // 2, (width - w) // 2, h, w
@@ -195,7 +197,7 @@ class RandomResizedCrop:
             out[i] = _resized(image_mod, crop, width, height, mirror).reshape(out.shape[1:])
 
         _on_threads(resize, jobs)
-        return _replaced(arrays, self.key, out, self.size, resizes=True)
+        return _replaced(arrays, self.key, out, self.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,8 +261,8 @@ class CenterCrop:
         out: NDArray[Any] | None = None
         for i, img in enumerate(images):
             _check_image(self, img, int(samples.numbers[i]), out, resizes)
-            if out is None:
-                out = np.zeros((len(images), height, width, *img.shape[2:]), img.dtype)
+            if out is None:  # native: NPY files of both byte orders crop alike
+                out = np.zeros((len(images), height, width, *img.shape[2:]), _order(img))
         image_mod = _pillow(self) if self.resize is not None else None
 
         def crop(i: int) -> None:
@@ -280,7 +282,7 @@ class CenterCrop:
             out[i, ys - top : ye - top, xs - left : xe - left] = img[ys:ye, xs:xe]
 
         _on_threads(crop, range(len(images)))
-        return _replaced(arrays, self.key, out, self.size, resizes=resizes)
+        return _replaced(arrays, self.key, out, self.size)
 
 
 def _pillow(t: RandomResizedCrop | CenterCrop) -> Any:
@@ -315,7 +317,7 @@ def _check_image(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, an image of no "
             "pixels, which it cannot resize; leave such rows out (Filtered(source, keep))"
         )
-    if out is not None and (img.shape[2:] != out.shape[3:] or img.dtype != out.dtype):
+    if out is not None and (img.shape[2:] != out.shape[3:] or _order(img) != out.dtype):
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, the first was "
             f"{out.dtype} with channels {out.shape[3:]}{_MODE_HINT}"
@@ -388,12 +390,7 @@ def _images(
 
 
 def _replaced(
-    arrays: dict[str, NDArray[Any]],
-    key: str,
-    out: NDArray[Any] | None,
-    size: tuple[int, int],
-    *,
-    resizes: bool,
+    arrays: dict[str, NDArray[Any]], key: str, out: NDArray[Any] | None, size: tuple[int, int]
 ) -> dict[str, NDArray[Any]]:
     """``arrays`` with ``key`` now ``out`` (one array) and ``<key>_shape`` gone; with no
     rows (``out`` None), the layout rows would have where the images say it (a stacked
@@ -403,12 +400,16 @@ def _replaced(
     if out is None:
         given = arrays[key]
         if isinstance(given, np.ndarray) and given.dtype != object and given.ndim >= 3:
-            dtype = given.dtype.newbyteorder("=") if resizes else given.dtype
-            out = np.zeros((0, *size, *given.shape[3:]), dtype=dtype)
+            out = np.zeros((0, *size, *given.shape[3:]), dtype=given.dtype.newbyteorder("="))
         else:  # images of their own shapes (files): nothing says their channels
             out = np.zeros((0, *size), dtype=np.uint8)
     result[key] = out
     return result
+
+
+def _order(img: NDArray[Any]) -> np.dtype[Any]:
+    """``img``'s dtype in this machine's byte order."""
+    return img.dtype.newbyteorder("=")
 
 
 def _native(img: Any) -> NDArray[Any]:
@@ -436,7 +437,9 @@ def _filled(
             f"{int(samples.numbers[i])}'s {t.key!r} is {img.dtype} {img.shape}{allowed}; "
             "give a fill of that range (e.g. fill=0)"
         ) from None
-    return np.full(shape, t.fill, img.dtype)
+    # Native: a batch of NPY images of both byte orders (files written on machines of
+    # both) is one array of values, as RandomResizedCrop gives it; ">u2" was refused.
+    return np.full(shape, t.fill, _order(img))
 
 
 def _copy_mirrored(dest: NDArray[Any], crop: NDArray[Any]) -> None:
@@ -446,7 +449,13 @@ def _copy_mirrored(dest: NDArray[Any], crop: NDArray[Any]) -> None:
     255 us for 224 x 224 here; as ``(H, W)`` items of 3 bytes, 154 us
     (measured in isolation).
     """
-    if crop.ndim == 3 and crop.strides[2] == crop.itemsize and dest.strides[2] == dest.itemsize:
+    # Bytes as they are: only where no byte order changes (a big-endian crop into native).
+    if (
+        crop.ndim == 3
+        and crop.dtype == dest.dtype
+        and crop.strides[2] == crop.itemsize
+        and dest.strides[2] == dest.itemsize
+    ):
         item = np.dtype((np.void, crop.shape[2] * crop.itemsize))
         try:
             dest.view(item)[...] = crop.view(item)[:, ::-1]

@@ -112,7 +112,7 @@ class Ragged:
 
     def pad(
         self,
-        width: int,
+        width: int | None,
         *,
         side: str = "right",
         pad_value: int | float | bool = 0,
@@ -120,9 +120,10 @@ class Ragged:
     ) -> tuple[NDArray[Any], NDArray[np.bool_]]:
         """A ``(rows, width, *item shape)`` array and its ``(rows, width)`` mask: one
         allocation each, no per-row loop. The values' dtype in native byte order, as
-        :func:`headrace.collate.pad_batch` gives (``>u2``, which torch refuses, was kept)."""
-        check_side_and_width(side, width)
-        width = int(width)  # a NumPy integer too
+        :func:`headrace.collate.pad_batch` gives (``>u2``, which torch refuses, was kept).
+        ``width=None``: the longest row's, as pad_batch takes it (was a TypeError)."""
+        checked = check_side_and_width(side, width)  # a NumPy integer too
+        width = int(self.lengths.max(initial=0)) if checked is None else checked
         check_pad_value(pad_value, self.values.dtype)
         native = self.values.dtype.newbyteorder("=")
         out = np.full((len(self), width, *self.values.shape[1:]), pad_value, native)
@@ -175,6 +176,23 @@ class Ragged:
         out[mask] = values[np.repeat(offsets[:-1], kept) + step]
 
 
+def _check_offsets(name: str, a: Any, n: int, what: str, *, exact: bool = True) -> None:
+    """``Nested``'s offsets ``a`` (``name``) are 1-D int64, start at 0, never decrease and
+    end at ``n`` (within ``n`` unless ``exact``); ``what`` names ``n``'s meaning."""
+    shape = np.shape(a)
+    if len(shape) != 1 or shape[0] < 1:
+        raise ConfigError(f"Nested {name} must be 1-D with at least one entry (got shape {shape})")
+    if getattr(a, "dtype", None) != np.int64:  # (a list has none)
+        raise ConfigError(f"Nested {name} must be int64 (got {getattr(a, 'dtype', a)!s})")
+    first, last = int(a[0]), int(a[-1])
+    if first != 0:
+        raise ConfigError(f"Nested {name} must start at 0 (got {first})")
+    if bool((np.diff(a) < 0).any()):
+        raise ConfigError(f"Nested {name} must never decrease")
+    if last > n or (exact and last != n):
+        raise ConfigError(f"Nested {name} span [0, {last}) but {what.format(n)}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Nested:
     """Rows of lists of different lengths (a row of token lists: several negatives):
@@ -184,6 +202,14 @@ class Nested:
     values: NDArray[np.generic]
     lists: NDArray[np.int64]
     offsets: NDArray[np.int64]
+
+    def __post_init__(self) -> None:
+        # As Ragged checks its offsets: pad and row index with these, and offsets that do
+        # not fit failed there with NumPy's IndexError or broadcast errors, or read nothing.
+        if np.ndim(self.values) != 1:
+            raise ConfigError(f"Nested values must be 1-D (got shape {np.shape(self.values)})")
+        _check_offsets("lists", self.lists, len(self.values), "values has {} items", exact=False)
+        _check_offsets("offsets", self.offsets, self.lists.size - 1, "lists has {} lists")
 
     def __len__(self) -> int:
         return int(self.offsets.size) - 1
@@ -237,7 +263,8 @@ class Nested:
         place = np.arange(sizes.size, dtype=np.int64) - np.repeat(self.offsets[:-1], counts)
         kept = place < w1
         keep = np.minimum(sizes, w2) * kept  # items kept of each list
-        out = np.full((n, w1, w2), pad_value, dtype=self.values.dtype)
+        # Native, as Ragged.pad gives: torch.from_numpy refuses a big-endian ">i4".
+        out = np.full((n, w1, w2), pad_value, dtype=self.values.dtype.newbyteorder("="))
         mask = np.zeros((n, w1, w2), dtype=np.bool_)
         mask[row[kept], place[kept]] = np.arange(w2) < keep[kept][:, None]
         # The mask walks out row-major: each kept list's first items, in order.
