@@ -119,7 +119,8 @@ def _loader(yaml: Any) -> Any:
 def resolve_dlio(given: str) -> str:
     """The YAML ``--dlio`` names: a file, else a built-in workload by name (with or
     without ``.yaml``); anything else is refused, naming the built-ins."""
-    if os.path.isfile(given):
+    # Any path but a folder: a pipe (--dlio <(sed ... unet3d.yaml)) was "no such file".
+    if os.path.exists(given) and not os.path.isdir(given):
         return given
     builtins = builtin_dlio()
     name = given.removesuffix(".yaml")
@@ -173,8 +174,18 @@ def _storage(
         raise ConfigError(
             f"{path}: storage.storage_options must be a mapping of keys (got {options!r})"
         )
-    endpoints = str(options.get("endpoint_url") or options.get("endpoint") or "").split(",")
-    endpoints = [e.strip() for e in endpoints if e.strip()]
+    key = "endpoint_url" if options.get("endpoint_url") else "endpoint"
+    given = options.get(key) or ""
+    # A YAML list is the comma-separated one: str() of it split at its commas made the
+    # endpoint "['http://a:9020'".
+    if isinstance(given, list) and all(isinstance(e, str) for e in given):
+        given = ",".join(given)
+    if not isinstance(given, str):
+        raise ConfigError(
+            f"{path}: storage.storage_options.{key} must be a URL, or several comma-separated "
+            f"or in a list (got {given!r})"
+        )
+    endpoints = [e.strip() for e in given.split(",") if e.strip()]
     note = ""
     if endpoints:
         # DLIO's rank r reads from endpoints[r % N]: one host is rank 0.
@@ -293,6 +304,13 @@ def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[
         raise ConfigError(
             f"{where}.record_element_type {kind!r} is not a NumPy type (e.g. uint8, float32)"
         ) from None
+    if size == 0:
+        # str, U, V: a type of no bytes made records of 0 B, refused as "record_length_bytes
+        # must be > 0", a key the YAML does not set.
+        raise ConfigError(
+            f"{where}.record_element_type {kind!r} has 0 bytes an element (a string or void "
+            "type of no length): give a numeric type, e.g. uint8, float32"
+        )
     note = ""
     if fmt in ("jpeg", "png"):
         # DLIO's images are 8-bit grey of record_dims: it refuses more than two dims and
@@ -306,7 +324,16 @@ def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[
         if size != 1:
             note = f"; record_element_type {kind} read as uint8 (DLIO's images are 8-bit)"
             size = 1
-    return float(np.prod(dims, dtype=np.int64) * size), note
+    # Python's product: NumPy's int64 one wrapped, 2**32 x 2**32 to 0 B records (refused as
+    # "record_length_bytes must be > 0") and (2**32 + 1)**2 to 8.6 GB ones, without a word.
+    record = math.prod(dims) * size
+    if record > _MAX_NUMBER:
+        raise ConfigError(
+            f"{where}.record_dims {dims!r} makes records of {record:,} B "
+            f"({size} B an element), past 2**53, the most a DLIO size may be here: give smaller "
+            "record_dims"
+        )
+    return float(record), note
 
 
 def _image_side(fmt: str, record: int) -> int:
@@ -358,6 +385,29 @@ def _prefetch(rd: Mapping[str, Any], where: str, threads: int) -> tuple[int, str
         f"; prefetch {queued} batches (DLIO's pytorch loader: {how} per read thread, "
         f"x {threads} threads)"
     )
+
+
+def _refuse_past_int64(
+    path: str, samples: int, batch: int, epochs: int, steps: int, scale: float
+) -> None:
+    """Refuse a run of more samples than a Loader numbers (int64), in DLIO's keys: it was
+    TrainConfig's "train: batch_size x (warmup_steps + trials x steps) ... give a smaller
+    batch_size, steps or trials", naming no file and keys a DLIO YAML does not have."""
+    if batch * (1 + steps) >= 2**63:  # one epoch (and the warm-up step) alone
+        scaled = f" (at --scale {scale:g})" if scale != 1 else ""
+        raise ConfigError(
+            f"{path}: dataset.num_files_train x num_samples_per_file makes epochs of "
+            f"{samples:,} samples{scaled}, past 2**63, the most a run can number (sample "
+            "numbers are int64): give a train.total_training_steps (DLIO stops each epoch "
+            f"there), a {'smaller --scale' if scaled else '--scale below 1'}, or a smaller "
+            "num_files_train or num_samples_per_file"
+        )
+    if batch * (1 + epochs * steps) >= 2**63:
+        raise ConfigError(
+            f"{path}: train.epochs {epochs:,} of {_n(steps, 'step')} of {_n(batch, 'sample')} are "
+            f"{epochs * steps * batch:,} samples, past 2**63, the most a run can number "
+            "(sample numbers are int64): give fewer train.epochs"
+        )
 
 
 def dlio_workload(
@@ -425,6 +475,14 @@ def dlio_workload(
             f"records {record * record_scale:.2g} B, less than a byte: give --record-scale "
             f">= {1 / record:.3g}"
         )
+    if record * record_scale > _MAX_NUMBER:
+        # Was "<yaml> [dataset]: record_bytes = 146600628000000000000: expected a number, at
+        # most 2**53": a TOML key the YAML's user never wrote, and no word of the flag.
+        raise ConfigError(
+            f"{path}: --record-scale {record_scale:g} makes the dataset's {record:,.0f} B "
+            f"records {record * record_scale:.3g} B, past 2**53, the most a size may be "
+            f"here: give a smaller --record-scale (at most {_MAX_NUMBER / record:.3g})"
+        )
     batch = _positive(rd, "batch_size", 1, f"{path}: {rname}")
     # --batch-size: an epoch is then floor(samples / that) steps (it kept the YAML's
     # count, and a trial of "one epoch" covered two at twice the batch).
@@ -440,6 +498,14 @@ def dlio_workload(
         raise ConfigError(
             f"{where}.num_samples_per_file {per_file} with format {given!r}: an image file "
             "holds one sample (1, or npz/npy/hdf5 for several)"
+        )
+    if dlio_files * scale > _MAX_NUMBER:
+        # Was "<yaml> [dataset]: files = 168000000000000000: expected a number, at most
+        # 2**53" (a TOML key), or round()'s OverflowError where the product is infinite.
+        raise ConfigError(
+            f"{path}: --scale {scale:g} makes the dataset's {dlio_files:,} files "
+            f"(num_files_train) {dlio_files * scale:.3g}, past 2**53, the most a count may be "
+            f"here: give a smaller --scale (at most {_MAX_NUMBER / dlio_files:.3g})"
         )
     files = round(dlio_files * scale)
     if dlio_files * scale < 1:
@@ -489,6 +555,7 @@ def dlio_workload(
             f"; 1 file of {per_file:,} samples (DLIO: {_n(dlio_files, 'file')} of "
             f"{dlio_per_file:,})"
         )
+    _refuse_past_int64(path, files * per_file, batch, epochs, steps or trial_steps, scale)
     compute, compute_stdev = _time(tr, "computation_time", path)
     # DLIO's seed is train.seed; reader.seed is this mapping's earlier spelling.
     seed_section, seed_where = (tr, "train") if "seed" in tr else (rd, rname)

@@ -64,12 +64,20 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
     if dataset:
         changes["dataset"] = dataset
     reader = storage_options(args)
-    if getattr(args, "storage", None) == "slowfs" and wl.reader.get("storage", "local") != "local":
+    storage = getattr(args, "storage", None)
+    # --storage local on a workload that names where on S3 it reads (a DLIO s3 YAML's
+    # bucket and endpoint) was "['storage_url', 'endpoint'] need storage = 's3' (--storage
+    # s3)", said of the flag just typed; without them, --storage local reads it locally.
+    located = any(wl.reader.get(k) for k in ("storage_url", "endpoint"))
+    if (storage == "slowfs" or (storage == "local" and located)) and wl.reader.get(
+        "storage", "local"
+    ) != "local":
+        via = " through a FUSE mount" if storage == "slowfs" else ""
         raise ConfigError(
             f"workload {wl.name!r} reads its dataset from {wl.reader['storage']} "
-            f"([reader] storage = {wl.reader['storage']!r}); --storage slowfs reads a local "
-            "dataset under --root through a FUSE mount: run it with --storage s3, or give a "
-            "workload whose dataset is local"
+            f"([reader] storage = {wl.reader['storage']!r}); --storage {storage} reads a local "
+            f"dataset under --root{via}: run it with --storage s3, or give a workload whose "
+            "dataset is local"
         )
     if reader:
         if wl.kind not in S3_KINDS:

@@ -379,6 +379,11 @@ class Workload:
         bad = [k for k in train if k not in fields]
         if bad:
             raise ConfigError(unknown_keys(f"{label} [train]", bad, fields, "[train] takes"))
+        if "batch_size" not in train:  # was TypeError's "TrainConfig.__init__() missing ..."
+            raise ConfigError(
+                f"{label} [train]: missing batch_size (samples per step; DLIO's "
+                "reader.batch_size), e.g. batch_size = 32"
+            )
         try:
             train_config = TrainConfig(**train)
         except (TypeError, ConfigError) as exc:  # name the file, as every other error here
@@ -408,7 +413,10 @@ def builtin_workloads() -> dict[str, Workload]:
 
 def load_workload(name_or_path: str) -> Workload:
     """A built-in workload by name, or a workload TOML file by path."""
-    if os.path.exists(name_or_path):
+    # Any path but a folder (a pipe too: -w <(...)): `-w tokens` where a folder "tokens"
+    # lies (a dataset's) ended in "[Errno 21] Is a directory: 'tokens'", the built-in out
+    # of reach.
+    if os.path.exists(name_or_path) and not os.path.isdir(name_or_path):
         try:
             with open(name_or_path, "rb") as f:
                 data = tomllib.load(f)
@@ -417,6 +425,11 @@ def load_workload(name_or_path: str) -> Workload:
         return Workload.from_dict(data, where=name_or_path)
     known = builtin_workloads()
     if name_or_path not in known:
+        if os.path.isdir(name_or_path):
+            raise ConfigError(
+                f"workload {name_or_path!r}: a folder, not a workload file; give a workload "
+                f"TOML file, or a built-in one by name: {sorted(known)}"
+            )
         close = difflib.get_close_matches(name_or_path, sorted(known), n=1)
         raise ConfigError(
             f"unknown workload {name_or_path!r}"
