@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, FormatError, ObjectNotFoundError
 from headrace.io import LocalFile
+from headrace.io._open_files import gone_error
 
 __all__ = [
     "INDEX_HEAD",
@@ -40,6 +41,7 @@ __all__ = [
     "check_index",
     "check_megatron_index",
     "header_index",
+    "open_again",
     "parse_megatron_index",
     "read_megatron_index",
     "stamp_of",
@@ -141,7 +143,7 @@ class CheckedIndex:
         at ``path``, or through ``reads`` (an object's, already found unchanged)."""
         if reads is not None:
             return self._bounds(reads)
-        with LocalFile(self.path) as f:
+        with open_again(self.path) as f:
             if stamp_of(f) != self.stamp:
                 raise changed_since(
                     self.path, "device, inode, size, mtime", stamp_of(f), self.stamp
@@ -175,6 +177,16 @@ def _bounds_into(
     docs[inside:] = bin_size
     docs //= itemsize
     return docs
+
+
+def open_again(path: str) -> LocalFile:
+    """A local index checked when its source opened, opened again to read it: one deleted
+    or moved since is said so (as a token file is), not with the bare "no such file" of
+    an open."""
+    try:
+        return LocalFile(path)
+    except ObjectNotFoundError as exc:
+        raise gone_error(path, "token source") from exc
 
 
 def changed_since(path: str, what: str, now: object, then: object) -> FormatError:
@@ -259,11 +271,16 @@ def _header(path: str, raw: Any, size: int) -> tuple[np.dtype[np.generic], int, 
         )
     if version != 1:
         raise FormatError(f"{path}: unsupported Megatron index version {version} (expected 1)")
+    if size == _FAIRSEQ_HEAD + 12 * n_seq:
+        raise _fairseq_index(path, code, n_seq)
     if code not in _DTYPES:
         raise FormatError(f"{path}: unknown dtype code {code} (expected one of 1..8)")
     if code not in _TOKEN_CODES:
         raise FormatError(
-            f"{path}: token dtype {_DTYPES[code]} is not a token type (expected uint16 or int32)"
+            f"{path}: token dtype {_DTYPES[code]} is not a token type (expected uint16 or "
+            "int32), as Megatron-LM's tools/preprocess_data.py writes them: write the pair "
+            "again with IndexedDatasetBuilder(..., dtype=numpy.int32), or numpy.uint16 for "
+            "a vocabulary under 65,536 ids"
         )
     want = _HEADER.size + 4 * n_seq + 8 * n_seq + 8 * n_doc
     if size != want:
@@ -279,6 +296,30 @@ def _header(path: str, raw: Any, size: int) -> tuple[np.dtype[np.generic], int, 
             f"{want} bytes; file has {size}{modes}"
         )
     return _DTYPES[code], n_seq, n_doc
+
+
+#: fairseq's ``MMapIndexedDataset`` index, which Megatron-LM's extends: the same magic,
+#: version, dtype code and sequence count, then the sequences' sizes and pointers, and no
+#: document count or document indices.
+_FAIRSEQ_HEAD = 26
+#: fairseq's dtype codes of token types (8 and 4 are Megatron's too; 9 is its own).
+_FAIRSEQ_TOKENS = {4: "int32", 8: "uint16", 9: "uint32"}
+
+
+def _fairseq_index(path: str, code: int, n_seq: int) -> FormatError:
+    """The error for a fairseq index: read as Megatron's, it was "truncated", its first
+    two sequence lengths taken for billions of document entries."""
+    dt = _FAIRSEQ_TOKENS.get(code)
+    read = (
+        f"read it as raw tokens, format='raw', dtype='{dt}'"
+        if dt is not None
+        else f"its dtype code {code} is no token type (uint16, int32 or uint32)"
+    )
+    return FormatError(
+        f"{path}: a fairseq index (fairseq-preprocess --dataset-impl mmap), not a "
+        f"Megatron-LM one: the same header, but its {n_seq} sequences' sizes and pointers "
+        f"end it, with no document indices after them. Its .bin is the tokens alone: {read}"
+    )
 
 
 def _check_sequences(
@@ -305,10 +346,18 @@ def _check_sequences(
 
 
 def _check_total(path: str, dtype: np.dtype[np.generic], tokens: int, bin_size: int) -> None:
-    if tokens * dtype.itemsize != bin_size:
+    want = tokens * dtype.itemsize
+    if want != bin_size:
+        why = (
+            f"{want - bin_size} bytes short: cut short (an interrupted copy or write?); "
+            "copy it again"
+            if bin_size < want
+            else f"{bin_size - want} bytes more than the index describes: not the .bin it "
+            "was written with, or one written on after it"
+        )
         raise FormatError(
-            f"{path}: index describes {tokens * dtype.itemsize} bytes of tokens but the .bin "
-            f"has {bin_size}"
+            f"{path}: index describes {want} bytes of tokens but the .bin has {bin_size}, "
+            f"{why}, or write the .bin and .idx pair again"
         )
 
 
@@ -339,13 +388,22 @@ def write_megatron_index(
     sequence_lengths: NDArray[np.integer],
     document_indices: NDArray[np.integer] | None = None,
 ) -> None:
-    """Write an ``.idx`` in Megatron's layout (used by tests and the data generator)."""
+    """Write an ``.idx`` in Megatron's layout (used by tests and the data generator): only
+    what the readers take (lengths in int32, document indices from 0 to the sequences)."""
     dt = np.dtype(dtype)
     code = next((c for c, d in _DTYPES.items() if d == dt), None)
     if code is None:
         held = sorted(str(d) for d in _DTYPES.values())
         raise ConfigError(f"{os.fspath(idx_path)}: Megatron indexes hold {held} tokens, not {dt}")
-    lengths = np.asarray(sequence_lengths, dtype=np.int32)
+    given = np.asarray(sequence_lengths)
+    outside = (given < 0) | (given > np.iinfo(np.int32).max)
+    if outside.any():  # else wrapped into another length (a negative one), silently
+        at = int(np.argmax(outside))
+        raise ConfigError(
+            f"{os.fspath(idx_path)}: sequence length {given[at]} at {at} does not fit "
+            "Megatron's int32 field, whose lengths are in [0, 2**31): split the sequence"
+        )
+    lengths = given.astype(np.int32)
     # Each sequence's byte offset: the lengths before it (none for an empty index).
     pointers = (np.cumsum(lengths, dtype=np.int64) - lengths) * dt.itemsize
     docs = (
@@ -353,6 +411,7 @@ def write_megatron_index(
         if document_indices is None
         else np.asarray(document_indices, dtype=np.int64)
     )
+    _check_documents(os.fspath(idx_path), len(lengths), len(docs), [docs])  # as read
     with open(idx_path, "wb") as f:
         f.write(_HEADER.pack(MEGATRON_MAGIC, 1, code, len(lengths), len(docs)))
         f.write(lengths.tobytes())

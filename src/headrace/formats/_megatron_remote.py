@@ -48,6 +48,7 @@ from headrace.formats._megatron import (
 )
 from headrace.formats._megatron_starts import STEP, MappedStarts, take_sample
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
+from headrace.io._open_files import gone_error
 
 if TYPE_CHECKING:
     from headrace.io import ObjectCache, ObjectInfo
@@ -108,7 +109,12 @@ def _unchanged(files: ObjectFiles, index: CheckedIndex) -> tuple[int, str | None
     """The index object's size and ETag as checked, after a HEAD found it unchanged."""
     assert len(index.stamp) == 2  # an object's: its size and ETag
     size, etag = index.stamp
-    info = files.info(index.path)
+    try:
+        info = files.info(index.path)
+    except ObjectNotFoundError as exc:
+        if ": no such object (" not in str(exc):
+            raise  # its bucket (container) is gone: said as such
+        raise gone_error(index.path, "token source", noun="object") from exc
     if info.size != size or (etag and info.etag and info.etag != etag):
         raise changed_since(index.path, "size, ETag", (info.size, info.etag), index.stamp)
     return size, etag

@@ -21,16 +21,28 @@ mount: ``SIGBUS``), or that cannot be mapped, is read as the array, as before.
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import mmap
 import os
+import weakref
 from collections.abc import Callable, Iterable
+from functools import cache
 from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError
-from headrace.formats._megatron import INDEX_HEAD, CheckedIndex, changed_since, stamp_of
+from headrace.errors import ConfigError, StorageError
+from headrace.formats._megatron import (
+    INDEX_HEAD,
+    CheckedIndex,
+    changed_since,
+    open_again,
+    stamp_of,
+)
 from headrace.io import LocalFile
+from headrace.io._buffers import read_randomly
 
 __all__ = ["STEP", "Entries", "MappedStarts", "mapped_starts", "take_sample"]
 
@@ -45,21 +57,20 @@ def mapped_starts(index: CheckedIndex) -> MappedStarts | None:
     """The starts of a local index's documents, through a map of it (``None``: the file
     lies on a network or FUSE mount, or cannot be mapped: read it as the array). One
     changed since it was checked is refused (as :meth:`CheckedIndex.document_bounds`)."""
-    with LocalFile(index.path) as f:
+    with open_again(index.path) as f:
         now = stamp_of(f)
         if now != index.stamp:
             raise changed_since(index.path, "device, inode, size, mtime", now, index.stamp)
         if f.network:
             return None
-        try:
-            whole = np.frombuffer(f.mapped, dtype=np.uint8)
-        except ConfigError:  # a filesystem that maps nothing (ENODEV)
+        whole = _map_whole(f)
+        if whole is None:  # a filesystem that maps nothing (ENODEV)
             return None
         at = INDEX_HEAD + 4 * index.sequences
         pointers = _sample(f, at, index.sequences)
         docs = _sample(f, at + 8 * index.sequences, index.entries - 1)  # the last is S
     # Closed, the file leaves its map alive while arrays view it: it is unmapped when
-    # these are dropped, and no descriptor is held meanwhile.
+    # these are dropped, and no descriptor is held meanwhile (see _map_whole).
     at = INDEX_HEAD + 4 * index.sequences
     n_seq, n_doc = index.sequences, index.entries
     return MappedStarts(
@@ -70,6 +81,74 @@ def mapped_starts(index: CheckedIndex) -> MappedStarts | None:
         docs,
         lambda: _check_local(index),
     )
+
+
+def _map_whole(f: LocalFile) -> NDArray[np.uint8] | None:
+    """A read-only map of the whole of ``f`` that keeps no descriptor, unmapped when the
+    last array over it is dropped (``None``: its filesystem maps nothing, ENODEV).
+
+    Python's ``mmap`` keeps a duplicate of the descriptor it maps as long as the map
+    lives, and a source keeps each file's starts until it closes: 2,000 Megatron shards
+    read with positions held 2,000 descriptors (outside the bound on token sources'
+    files, :mod:`._token_budget`) until 2026-12-07, and failed with EMFILE past ``ulimit
+    -n``. libc's ``mmap`` keeps none; where it cannot be called, Python's is used.
+    """
+    calls = _libc_mmap()
+    if calls is None:
+        try:
+            return np.frombuffer(f.mapped, dtype=np.uint8)
+        except ConfigError:
+            return None
+    mmap_, munmap = calls
+    address = mmap_(None, f.size, mmap.PROT_READ, mmap.MAP_SHARED, f.fd, 0)
+    if address is None or address == _MAP_FAILED:
+        code = ctypes.get_errno()
+        if code == errno.ENODEV:
+            return None
+        raise StorageError(code, f"{f.path}: cannot memory-map the index ({os.strerror(code)})")
+    # As LocalFile.mapped: a lookup's fault reads its page, not the read-around about it.
+    read_randomly(address, f.size)
+    whole: NDArray[np.uint8] = np.asarray(_Mapping(address, f.size, munmap))
+    return whole
+
+
+class _Mapping:
+    """Bytes mapped by libc's ``mmap``, seen by NumPy through the array interface (each
+    array over them keeps this alive) and unmapped when collected."""
+
+    def __init__(self, address: int, size: int, munmap: Any) -> None:
+        self.__array_interface__ = {
+            "data": (address, True),  # read-only
+            "shape": (size,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+        weakref.finalize(self, munmap, address, size)
+
+
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@cache
+def _libc_mmap() -> tuple[Any, Any] | None:
+    """libc's ``mmap`` and ``munmap`` through ctypes (``None`` where there are none)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mmap_, munmap = libc.mmap, libc.munmap
+    except (OSError, AttributeError):
+        return None
+    mmap_.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,  # off_t of the mmap symbol (0 is passed)
+    ]
+    mmap_.restype = ctypes.c_void_p
+    munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    munmap.restype = ctypes.c_int
+    return mmap_, munmap
 
 
 def _sample(f: LocalFile, at: int, n: int) -> NDArray[np.int64]:
