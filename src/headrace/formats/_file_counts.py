@@ -30,19 +30,22 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import some_of
-from headrace.errors import ConfigError, HeadraceError
+from headrace.errors import ConfigError, HeadraceError, ReadEOFError
 from headrace.formats._array_record import BLOCK_SIZE, read_index
 from headrace.formats._file_list import FileList, is_object_url
+from headrace.formats._file_list_objects import is_url_pattern
 from headrace.formats._files import FileFormat
 from headrace.formats._hdf5 import hdf5_rows
 from headrace.formats._npy import NPY_HEAD, npy_header, npy_rows
 from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
+from headrace.formats._object_files import named_url
 from headrace.formats._sparse import BLOCK, Span, SparseImage
 from headrace.formats._tar import TarIndex, tar_index
 from headrace.formats._tar_ranges import TarIndexes
 from headrace.formats._tfrecord import walk_records
-from headrace.io import LocalFile, ObjectCache, RequestQueue, file_url_path
+from headrace.formats._url_glob import local_pattern
+from headrace.io import ObjectCache, RequestQueue
 from headrace.io._daemon_pool import one_call_pool
 from headrace.io._waits import result
 
@@ -89,12 +92,19 @@ class CountStats:
 Fetch = Callable[[list[Span], NDArray[np.uint8]], None]
 
 
-def _local(path: str) -> tuple[Fetch, Callable[[], None]]:
-    f = LocalFile(path)
+def _local(files: FileList, i: int) -> tuple[Fetch, Callable[[], None]]:
+    # Opened once (a tar or TFRecord walk is a read a member's or record's header); one
+    # deleted or cut short since it was listed is said as such, not as a typo ("did you
+    # mean") or a bare end of file.
+    f = files.open_local(i)
 
     def fetch(spans: list[Span], buf: NDArray[np.uint8]) -> None:
-        for a, b in spans:
-            f.pread_into(buf[a:b], a)
+        try:
+            for a, b in spans:
+                f.pread_into(buf[a:b], a)
+        except ReadEOFError as exc:
+            files.shrank(i, f.fd, exc)
+            raise
 
     return fetch, f.close
 
@@ -122,7 +132,7 @@ def _count_one(
     record's data offset, then    length, as int64)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
-        fetch, close = _local(name)
+        fetch, close = _local(files, i)
     else:
         # From the cache's whole entry when it holds one (a restart with a warm cache:
         # no GET), if small; the header's ranges are not kept as entries of their own.
@@ -321,9 +331,26 @@ def short_counts(spf: object) -> str:
 
 
 def _sort_key(p: str | os.PathLike[str], urls: bool) -> str:
-    # As list_files sorts a list of files: paths as strings, file:// URLs decoded.
+    # As list_files sorts a list of files: paths as strings, URLs by the names they hold
+    # (file:// and http(s):// ones decoded: "%7A.npy" is "z.npy", after "b.npy").
     text = os.fspath(p)
-    return f"file://{file_url_path(text)}" if urls and text.startswith("file://") else text
+    return named_url(text) if urls else text
+
+
+def _patterns(given: object, files: FileList) -> str:
+    """The glob patterns of a list of files, for a message (``""``: none). Their matches
+    are listed sorted among the paths, as a folder's files are: a count for each file
+    listed follows ``src.files.keys``, as for one pattern. A local path is one as
+    :func:`local_pattern` says; an object URL with a wildcard where the listing holds
+    another number of objects than the list's URLs (an object may have one in its name)."""
+    if not isinstance(given, list):
+        return ""
+    texts = [os.fspath(p) for p in given]
+    if any(is_object_url(t) for t in texts):
+        found = [t for t in texts if is_url_pattern(t)] if len(texts) != len(files) else []
+    else:
+        found = [t for t in texts if local_pattern(t) is not None]
+    return f"glob pattern(s) {some_of(found)}" if found else ""
 
 
 def resolve_counts(
@@ -341,8 +368,9 @@ def resolve_counts(
 
     ``given``: what the source was opened with. A list of counts follows a list of
     files as given (both are sorted together, as the listing sorts the files);
-    for a directory, pattern or prefix, the sorted keys. ``heads``, ``indexes``: see
-    :func:`header_counts`.
+    for a directory, pattern or prefix, the sorted keys, and for a list that holds
+    patterns (a count for each file a pattern matches, not for the pattern).
+    ``heads``, ``indexes``: see :func:`header_counts`.
     """
     if isinstance(spf, int):
         return None, None
@@ -350,7 +378,8 @@ def resolve_counts(
         return header_counts(files, fmt, datasets, depth, heads, indexes)
     assert isinstance(spf, tuple)
     n = len(files)
-    if isinstance(given, list):
+    patterns = _patterns(given, files)
+    if isinstance(given, list) and not patterns:
         if len(spf) != len(given):
             raise ConfigError(
                 f"samples_per_file has {len(spf):,} counts for the {len(given):,} files listed; "
@@ -361,9 +390,10 @@ def resolve_counts(
         pairs = sorted(zip((_sort_key(p, urls) for p in given), spf, strict=True))
         return np.array([c for _, c in pairs], dtype=np.int64), None
     if len(spf) != n:
+        under = f"matched by the list's {patterns}" if patterns else f"under {files.url}"
         raise ConfigError(
-            f"samples_per_file has {len(spf):,} counts for the {n:,} files under "
-            f"{files.url}; expected one count per file, in the order of src.files.keys "
+            f"samples_per_file has {len(spf):,} counts for the {n:,} files {under}; "
+            "expected one count per file, in the order of src.files.keys "
             f"(sorted: {files.keys[0]!r} first, {files.keys[-1]!r} last)"
         )
     return np.array(spf, dtype=np.int64), None

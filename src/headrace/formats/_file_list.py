@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import posixpath
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -28,6 +29,7 @@ from headrace.errors import (
     ConfigError,
     DataError,
     ObjectNotFoundError,
+    ReadEOFError,
     StorageError,
 )
 from headrace.formats._file_walk import (
@@ -40,6 +42,7 @@ from headrace.formats._file_walk import (
     other_formats,
     other_skipped,
     refuse_empty,
+    refuse_glob_cycles,
     regular_stats,
     suffixes,
     walk,
@@ -158,9 +161,14 @@ class FileList:
         data = self._fetch(i)
         got, want = memoryview(data).nbytes, self.sizes[i]
         if got != want:
+            # A local file's size when read: it changed. (An object's GET of the ETag
+            # listed came short three times: the store or a proxy cut it.)
+            fix = (
+                "" if self.remote else "; a run reads the versions it listed: open the source again"
+            )
             raise StorageError(
                 f"{self.name(i)}: truncated or changed object: got {got} bytes, the listing "
-                f"said {want}; refusing to decode it"
+                f"said {want}; refusing to decode it{fix}"
             )
         return data
 
@@ -282,26 +290,50 @@ class FileList:
         def fetch(spans: list[tuple[int, int]], buf: NDArray[np.uint8]) -> None:
             if reader is not None:
                 ranges = [(a, b - a) for a, b in spans]
-                reader.read_into(path, ranges, [buf[a:b] for a, b in spans])
+                try:
+                    reader.read_into(path, ranges, [buf[a:b] for a, b in spans])
+                except ObjectNotFoundError as exc:  # its open: not a typo ("did you mean")
+                    raise _gone(path) from exc
+                except ReadEOFError as exc:
+                    self.shrank(i, reader.file(path).fd, exc)
+                    raise
                 check(reader.file(path).fd)
                 return
             with _listed(path) as f:
-                if len(spans) > 1 and f.network:
-                    pool = deep_io_pool()
-                    wait_all([pool.submit(f.pread_into, buf[a:b], a) for a, b in spans])
-                else:
-                    for a, b in spans:
-                        f.pread_into(buf[a:b], a)
+                try:
+                    if len(spans) > 1 and f.network:
+                        pool = deep_io_pool()
+                        wait_all([pool.submit(f.pread_into, buf[a:b], a) for a, b in spans])
+                    else:
+                        for a, b in spans:
+                            f.pread_into(buf[a:b], a)
+                except ReadEOFError as exc:
+                    self.shrank(i, f.fd, exc)
+                    raise
                 check(f.fd)
 
         return fetch
+
+    def shrank(self, i: int, fd: int, exc: ReadEOFError) -> None:
+        """Say a read of local file ``i`` (``fd``) that met end of file before the size
+        listed (``exc``) as the file changed since it was listed, where it did (see
+        :meth:`check_listed`), as a whole file's read says it: not a bare end of file.
+        Returns where it is the version listed: the caller raises ``exc`` then."""
+        try:
+            self.check_listed(i, fd)
+        except StorageError as changed:
+            raise changed from exc
+
+    def open_local(self, i: int) -> LocalFile:
+        """Local file ``i`` opened: one gone since it was listed is said as such."""
+        return _listed(self.name(i))
 
     def local_map(self, i: int) -> LocalFile | None:
         """Local file ``i`` opened and mapped, checked to be the version listed (see
         :meth:`check_listed`); ``None`` where a map would not serve: on a network or
         FUSE mount (a page the storage fails to read is SIGBUS there, and each page
         a round trip), a filesystem that cannot map, an empty file."""
-        f = _listed(self.name(i))
+        f = self.open_local(i)
         try:
             if f.size == 0 or f.network or not f.mappable:
                 f.close()
@@ -509,12 +541,16 @@ def _listed(path: str) -> LocalFile:
 def refuse_repeats(paths: Sequence[str], what: str) -> None:
     """Refuse a list of files (or object URLs) that names one twice, naming both
     spellings: a local path by its absolute, normalised form (``d/./a.npy`` is
-    ``d/a.npy``), a URL as written. Each listed file is read once an epoch, so a
+    ``d/a.npy``), a ``file://`` URL by its normalised path alike, another URL as
+    written. Each listed file is read once an epoch, so a
     repeat would read its ``what`` twice as often, silently (a file reached by two
     symbolic links is two names, as a copy would be: kept)."""
     seen: dict[str, str] = {}
     for p in paths:
-        same = p if is_object_url(p) else os.path.normpath(os.path.abspath(p))
+        if p.startswith("file://"):
+            same = "file://" + posixpath.normpath(p[len("file://") :])
+        else:
+            same = p if is_object_url(p) else os.path.normpath(os.path.abspath(p))
         if same in seen:
             raise ConfigError(
                 f"{p}: listed twice (as {seen[same]} and {p}); each listed file is read "
@@ -564,6 +600,8 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
             found = glob.glob(pattern, recursive=True)
         if not found:
             raise _no_match(text)
+        if "**" in pattern:
+            refuse_glob_cycles(text, found)
         out += found
         patterns.append(text)
     return out, _Matched(given, patterns)
@@ -672,7 +710,7 @@ def list_files(
     if not isinstance(files, (str, os.PathLike)) and any(is_object_url(str(p)) for p in files):
         from headrace.formats._file_list_objects import url_list
 
-        return url_list([str(p) for p in files], store_options, listing, cache)
+        return url_list([str(p) for p in files], store_options, listing, cache, listed_at)
     check_store_options(
         store_options,
         remote=False,

@@ -25,7 +25,7 @@ from headrace.formats._url_glob import (
 from headrace.io import ObjectCache
 from headrace.io._open_files import gone_error
 
-__all__ = ["object_glob", "remote_list", "url_list", "why_empty"]
+__all__ = ["is_url_pattern", "object_glob", "remote_list", "url_list", "why_empty"]
 
 
 def object_glob(
@@ -38,7 +38,7 @@ def object_glob(
     glob, a pattern names what it wants: no extension filter, nothing hidden counted."""
     from headrace.io import ObjectStore
 
-    if not _is_pattern(url):
+    if not is_url_pattern(url):
         return None
     if listing is not None:  # a worker's copy: the objects its parent matched
         return remote_list(ObjectStore(glob_root(url), **options), listing, options, cache)
@@ -49,7 +49,7 @@ def object_glob(
     return remote_list(store, columns(listed), options, cache)
 
 
-def _is_pattern(url: str) -> bool:
+def is_url_pattern(url: str) -> bool:
     # (http(s) servers cannot list; a wildcard in a bucket's name is none)
     path = url.partition("://")[2]
     return not url.startswith(("http://", "https://")) and has_magic(path.partition("/")[2])
@@ -207,13 +207,27 @@ def url_list(
     store_options: Mapping[str, Any] | None,
     listing: Listing | None,
     cache: ObjectCache | None,
+    listed_at: str | None = None,
 ) -> FileList:
     """A list of object URLs under one bucket (container): keys relative to the
     deepest prefix they share, sizes and ETags by HEADs all in flight at once
     (``listing``: a worker copy's, no HEAD). Glob patterns among them stand for the
-    objects they match (listed, no HEAD), in their place, as in a list of local paths."""
+    objects they match (listed, no HEAD), in their place, as in a list of local paths.
+    ``listed_at``: the listing's URL (the parent's ``FileList.url``), under which its
+    keys are opened as they are (the list is not read: its patterns' matches are the
+    listing's keys, not the patterns)."""
     from headrace.formats._object_files import ObjectFiles, common_url_root, named_url, opened_at
     from headrace.io import ObjectStore
+
+    options = check_store_options(store_options, remote=True)
+    if listing is not None and listed_at is not None:
+        # (Where the parent's store was opened, as a copy sent over a pickle is.)
+        listed_store = ObjectStore(opened_at(named_url(listed_at)), **options)
+        try:
+            return remote_list(listed_store, listing, options, cache)
+        except BaseException:
+            listed_store.close()
+            raise
 
     # file:// URLs as Path.as_uri() writes them and http(s):// URLs (percent-encoded)
     # name the same files as those written plainly: the keys are the names, not their
@@ -221,7 +235,6 @@ def url_list(
     # Named once: a name decoded twice is another file's (100%2541 -> 100%41 -> 100A).
     pairs = sorted((named_url(u), u) for u in urls)
     urls = [named for named, _ in pairs]
-    options = check_store_options(store_options, remote=True)
     if listing is not None:
         root = common_url_root(urls, "a dataset's files", named=True)
         listed: Listing = ([u[len(root) + 1 :] for u in urls], listing[1], listing[2])
@@ -231,7 +244,7 @@ def url_list(
     rows: list[tuple[str, int, str | None]] = []  # (named URL, size, ETag)
     plain: list[tuple[str, str]] = []
     for named, given in pairs:
-        found = _glob_matches(given, options) if _is_pattern(given) else None
+        found = _glob_matches(given, options) if is_url_pattern(given) else None
         if found is None:
             plain.append((named, given))
             continue
