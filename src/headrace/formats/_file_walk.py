@@ -8,7 +8,6 @@ and counted, so the listing can say what it skipped.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import stat
@@ -136,15 +135,7 @@ def stat_listed(path: str) -> os.stat_result:
     key = in_flight.begin(path, 0, -1, "stat")
     try:
         return os.stat(path)
-    except FileNotFoundError as exc:
-        if not os.path.islink(path):  # deleted while listed
-            raise open_error(path, exc) from exc
-        raise ObjectNotFoundError(
-            errno.ENOENT,
-            f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
-            "(a dataset's file must be readable: remove the link or restore its target)",
-        ) from exc
-    except OSError as exc:
+    except OSError as exc:  # a dangling link named as such, with its target
         raise open_error(path, exc) from exc
     finally:
         in_flight.end(key)

@@ -174,14 +174,16 @@ class _LocalFiles:
             self.identity = f.identity
             return memoryview(f.pread(0, min(length, f.size)).tobytes()), f.size, None
 
+    # lexists: a dangling link (a .idx or .json linked in from a moved folder) is opened,
+    # and refused naming its target, not taken for no index ("needs a dtype").
     def read(self, path: str) -> bytes | None:
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             return None
         with LocalFile(path) as f:
             return f.pread(0, f.size).tobytes()
 
     def index(self, path: str, bin_size: int) -> CheckedIndex | None:
-        return check_megatron_index(path, bin_size) if os.path.exists(path) else None
+        return check_megatron_index(path, bin_size) if os.path.lexists(path) else None
 
 
 def _sidecar_path(path: str) -> str:

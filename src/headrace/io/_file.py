@@ -116,6 +116,12 @@ _NOT_FILES = {stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFSOCK: "socket",
 def open_error(path: str, exc: OSError) -> StorageError:
     """Map an ``OSError`` from opening ``path`` to headrace's tree."""
     if isinstance(exc, FileNotFoundError):
+        if os.path.islink(path):  # dangling: "no such file" of a name that `ls` lists
+            return ObjectNotFoundError(
+                errno.ENOENT,
+                f"{path}: a symbolic link to {os.readlink(path)}, which does not exist "
+                "(remove the link or restore its target)",
+            )
         return ObjectNotFoundError(errno.ENOENT, f"{path}: no such file{missing_hint(path)}")
     if isinstance(exc, PermissionError):
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
