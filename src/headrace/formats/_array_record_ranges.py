@@ -25,8 +25,11 @@ class ChunkImage(RecordImage):
     a want of records fetches the chunks holding them."""
 
     def want(self, rows: NDArray[np.int64]) -> None:
-        offsets = self.records[0]
-        chunks = np.unique(chunk_of(self.records, rows))
+        offsets, firsts = self.records
+        # Rows past the records (a count given that is wrong) are not fetched: the decode
+        # refuses them, naming the file and both counts (an IndexError here until
+        # 2026-12-07).
+        chunks = np.unique(chunk_of(self.records, rows[rows < firsts[-1]]))
         self.fill(list(zip(offsets[chunks].tolist(), offsets[chunks + 1].tolist(), strict=True)))
 
 

@@ -101,6 +101,11 @@ def learn_npz(image: SparseImage, keys: Sequence[str] | None) -> FileLayout | No
             data[key] = whole
         else:
             data[key] = contiguous_rows(*rows)
+    # The zip's magic, which the decode checks: in the first member's local header, read
+    # above where that member is picked, else now (left out, it read as zeros: the file
+    # was refused as "not an NPZ (zip) file" until 2026-12-07).
+    image.at(0, 4)
+    meta.append((0, min(4, size)))
     return FileLayout(metadata=merge_ranges(meta), data=data)
 
 
