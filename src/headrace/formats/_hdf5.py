@@ -16,6 +16,7 @@ import atexit
 import functools
 import io
 import math
+import os
 import re
 import threading
 import time
@@ -32,8 +33,6 @@ from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 __all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
-# HDF5 looks for its superblock at 0, 512, 1024, 2048, ... (a user block may come first).
-_SUPERBLOCK_OFFSETS = (0, 512, 1024, 2048, 4096, 8192)
 # HDF5's own words for a file shorter than its superblock says (H5Fsuper.c).
 _TRUNCATED = re.compile(r"truncated file: eof = (\d+), sblock->base_addr = \d+, stored_eof = (\d+)")
 # HDF5's words for a structure whose version it does not know: a file (or an object in
@@ -292,16 +291,24 @@ def _first_bad_chunk(ds: Any, index: Any) -> tuple[int, int, str] | None:
 
 
 def _check_magic(file: Any, name: str) -> None:
-    """Refuse a file without HDF5's signature where HDF5 looks for its superblock."""
-    head = []
-    for o in _SUPERBLOCK_OFFSETS:
-        file.seek(o)
-        head.append(file.read(8))
-    file.seek(0)
-    if _HDF5_MAGIC not in head:
+    """Refuse a file without HDF5's signature where HDF5 looks for its superblock: at 0,
+    512, 1024, 2048, ... (after a user block of any power of two from 512 bytes; only up
+    to 8 KiB were looked at until 2026-12-07, and a file h5py opens was refused)."""
+    size = file.seek(0, os.SEEK_END)
+    first, at = b"", 0
+    while at == 0 or at + 8 <= size:
+        file.seek(at)
+        got = file.read(8)
+        if got == _HDF5_MAGIC:
+            break
+        first = first or got
+        at = at * 2 or 512
+    else:
+        file.seek(0)
         raise FormatError(
-            f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with {head[0]!r})"
+            f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with {first!r})"
         )
+    file.seek(0)
 
 
 @_counted
