@@ -28,22 +28,27 @@ def update_digest(h: Any, batch: Mapping[str, NDArray[Any]]) -> None:
     """
     for name in sorted(batch):
         a = batch[name]
-        if a.dtype == object:
-            h.update(f"{name}:object:{a.shape};".encode())
-            for el in a:
-                e = np.ascontiguousarray(el)
-                h.update(f"{e.dtype.str}:{e.shape};".encode())
-                h.update(_bytes(e))
+        kind = "object" if a.dtype == object else a.dtype.str
+        h.update(f"{name}:{kind}:{a.shape};".encode())
+        hash_values(h, a)
+
+
+def hash_values(h: Any, a: NDArray[Any]) -> None:
+    """Feed the values of ``a`` into ``h``: its bytes, viewed as such, without a copy
+    where it is C-contiguous (a memoryview's cast refused datetime64 and timedelta64,
+    and a shape with a 0); an ``object`` array's element by element, each one's dtype,
+    shape and values (its buffer holds pointers), of any number of axes (a 2-D one, HDF5
+    strings of shape (n, k), failed until 2026-12-07)."""
+    if a.dtype != object:
+        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
+        return
+    for el in a.reshape(-1):
+        e = np.ascontiguousarray(el)
+        if e.dtype == object and not isinstance(el, np.ndarray):
+            h.update(f"{type(el).__name__}:{el!r};".encode())  # no array's value: its repr
             continue
-        a = np.ascontiguousarray(a)
-        h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
-        h.update(_bytes(a))
-
-
-def _bytes(a: NDArray[Any]) -> Any:
-    """A C-contiguous array's bytes without a copy, of any dtype: a memoryview's cast
-    refused datetime64 and timedelta64 (table columns of times), and a shape with a 0."""
-    return a.reshape(-1).view(np.uint8).data
+        h.update(f"{e.dtype.str}:{e.shape};".encode())
+        hash_values(h, e)
 
 
 def batch_digest(batches: Iterable[Mapping[str, NDArray[Any]]]) -> str:

@@ -52,6 +52,7 @@ from headrace.formats._tar import TarIndex, decode_tar
 from headrace.formats._tar_ranges import TarImage
 from headrace.formats._tfrecord import decode_tfrecord
 from headrace.formats._tfrecord_ranges import RecordImage
+from headrace.testing import hash_values
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples", "zero_padding"]
 
@@ -272,23 +273,7 @@ def sample_digests(batch: Mapping[str, NDArray[Any]]) -> list[str]:
         for k in keys:
             a = np.ascontiguousarray(batch[k][i])
             h.update(f"{k}:{a.dtype.str}:{a.shape};".encode())
-            _feed(h, a)
+            hash_values(h, a)  # (by value: datetime64, object samples too)
         out.append(h.hexdigest())
     return out
 
-
-def _feed(h: Any, a: NDArray[Any]) -> None:
-    """Hash the values of ``a`` (C-contiguous): its bytes, viewed as such (a memoryview's
-    cast refused datetime64 and timedelta64); an ``object`` array's element by element,
-    each one's dtype, shape and bytes (its buffer holds pointers: HDF5 strings read
-    twice gave other digests, until 2026-12-07)."""
-    if a.dtype != object:
-        h.update(a.reshape(-1).view(np.uint8).data if a.nbytes else b"")
-        return
-    for el in a.reshape(-1):
-        e = np.ascontiguousarray(el)
-        if e.dtype == object and not isinstance(el, np.ndarray):
-            h.update(f"{type(el).__name__}:{el!r};".encode())  # not an array's value
-            continue
-        h.update(f"{e.dtype.str}:{e.shape};".encode())
-        _feed(h, e)
