@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["bits", "booleans", "numbers", "temporal_dtype", "valid_rows", "zero_filled"]
+__all__ = [
+    "bits",
+    "booleans",
+    "null_rows",
+    "numbers",
+    "temporal_dtype",
+    "valid_rows",
+    "zero_filled",
+]
 
 # Arrow's names of the number types (``str(type)``), as NumPy's.
 _DTYPES: dict[str, np.dtype[Any]] = {
@@ -47,12 +55,20 @@ def bits(buf: Any, offset: int, n: int) -> NDArray[np.bool_]:
 
 
 def valid_rows(arr: Any) -> NDArray[np.bool_]:
-    """``arr.is_valid().to_numpy()``: which of ``arr``'s rows are not null."""
-    if not arr.null_count:
+    """``arr.is_valid().to_numpy()``: which of ``arr``'s rows are not null (a
+    dictionary's too where its index points at a null value, which its null count
+    leaves out)."""
+    if not null_rows(arr):
         return np.ones(len(arr), dtype=bool)
     # is_valid(), not the validity buffer: the arrays without one (null-typed, unions)
     # state their nulls otherwise; the bitmap it builds has no nulls of its own.
     return booleans(arr.is_valid())
+
+
+def null_rows(arr: Any) -> bool:
+    """Whether ``arr`` has null rows: its null count, or a dictionary's null values (an
+    index pointing at one is valid, so not counted)."""
+    return bool(arr.null_count or getattr(getattr(arr, "dictionary", None), "null_count", 0))
 
 
 def booleans(arr: Any) -> NDArray[np.bool_]:

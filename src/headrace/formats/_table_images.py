@@ -157,7 +157,7 @@ def image_columns(
             raise ConfigError(
                 f"{where}: images names column(s) {gone} that are not read; reading {list(read)}"
             )
-        text = ("string", "large_string")
+        text = ("string", "large_string", "string_view")
         wrong = [c for c in names if cols[c].kind != "bytes" or cols[c].value_type in text]
         if wrong:
             c = wrong[0]

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_numpy import numbers, valid_rows, zero_filled
+from headrace.formats._arrow_numpy import null_rows, numbers, valid_rows, zero_filled
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._table_part import _Part
@@ -293,7 +293,7 @@ def refuse_stored_nulls(
                 populate_buffers(part, struct_buffers(pa, top, tc.field))
             refuse_path_only(pa, tc, top, part.path, int(spans.starts[span]))
             col = struct_child(pa, top, tc.field)
-            if col.null_count:
+            if null_rows(col):
                 null = np.flatnonzero(~valid_rows(col))
                 rows = null[: MAX_NAMED_NULLS - len(found[name].rows)] + int(spans.starts[span])
                 found[name].add(part.path, start, null.size, rows.tolist())

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import ConfigError, FormatError
-from headrace.formats._arrow_numpy import temporal_dtype
+from headrace.formats._arrow_numpy import numbers, temporal_dtype
 
 __all__ = [
     "VIEWS",
@@ -204,12 +204,14 @@ class TableColumn:
 
 
 def _bytes_field(pa: Any, typ: Any) -> Any:
-    """The type of struct ``typ``'s ``bytes`` field if it is binary, else ``None``."""
+    """The type of struct ``typ``'s ``bytes`` field if it is binary (or a ``binary_view``,
+    polars' IPC files'), else ``None``."""
     i = typ.get_field_index("bytes")
     if i < 0:
         return None
     sub = typ.field(i).type
-    return sub if pa.types.is_binary(sub) or pa.types.is_large_binary(sub) else None
+    t = pa.types
+    return sub if t.is_binary(sub) or t.is_large_binary(sub) or str(sub) == "binary_view" else None
 
 
 #: ``datasets``' fixed-shape array features, stored as nested lists of numbers
@@ -678,7 +680,13 @@ def struct_child(pa: Any, arr: Any, field: tuple[str, ...]) -> Any:
         return arr
     kind = pa.LargeListArray if pa.types.is_large_list(listed.type) else pa.ListArray
     mask = listed.is_null() if listed.null_count else None
-    return kind.from_arrays(listed.offsets, arr, mask=mask)
+    offsets = listed.offsets
+    if mask is not None and offsets.offset:
+        # A slice's (a Parquet sub-window's rows): pyarrow takes a mask only beside
+        # offsets that start at their buffer's, "Null bitmap with offsets slice not
+        # supported" otherwise; a copy of them, a number a row.
+        offsets = pa.array(numbers(offsets), offsets.type)
+    return kind.from_arrays(offsets, arr, mask=mask)
 
 
 def parquet_leaves(pa: Any, schema: Any, count: int) -> dict[tuple[str, ...], int] | None:
@@ -799,8 +807,8 @@ def _loose(pa: Any, schema: Any) -> Any:
             return pa.list_(loose(typ.value_type))
         if pa.types.is_fixed_size_list(typ):
             return pa.list_(loose(typ.value_type), typ.list_size)
-        if pa.types.is_struct(typ):
-            return pa.struct([pa.field(f.name, loose(f.type)) for f in typ])
+        if pa.types.is_struct(typ):  # (its fields are read by name too)
+            return pa.struct(sorted((pa.field(f.name, loose(f.type)) for f in typ), key=_name))
         return typ
 
     # Columns are read by name, so their order does not matter either.
@@ -900,10 +908,21 @@ def columns_read(
 
     def read(schema: Any) -> Any:
         """The columns read, as ``schema`` has them: the others may differ (a column
-        of nulls only is typed null in the shards that have nothing else in it)."""
+        of nulls only is typed null in the shards that have nothing else in it), and
+        so may a struct's fields that no ``column.field`` read names (its values are
+        found by name: a later shard may add a field)."""
         if columns is None:
             return schema
-        return pa.schema([schema.field(c) for c in dict.fromkeys(tops) if c in schema.names])
+        fields = []
+        for c, top in zip(names, tops, strict=True):
+            if top not in schema.names:
+                continue  # (missing here: said so below, as a field missing is)
+            if c == top:
+                fields.append(schema.field(c))
+                continue
+            with contextlib.suppress(ConfigError):
+                fields.append(pa.field(c, field_of(pa, schema, c, where)[2]))
+        return pa.schema(fields)
 
     expected = _loose(pa, read(first.schema))
     for p in parts:
