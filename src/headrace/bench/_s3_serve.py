@@ -19,12 +19,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit
 
 import headrace
+from headrace._messages import said
 from headrace.bench._upload import (
     DigestCache,
     Uploaded,
@@ -32,7 +34,7 @@ from headrace.bench._upload import (
     list_destination,
     upload_files,
 )
-from headrace.errors import ConfigError, DataError, StorageError
+from headrace.errors import ConfigError, DataError, HeadraceError, StorageError
 from headrace.io._file import url_typo
 
 __all__ = ["bench_s3", "endpoint_info", "split_s3_url", "upload"]
@@ -143,41 +145,48 @@ def _proxy(upstream: str, latency_ms: float, max_concurrent: int | None) -> Iter
     src = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "headrace.bench._s3_serve",
-            upstream,
-            str(latency_ms),
-            str(max_concurrent or 0),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise StorageError(
-                f"the latency proxy for {upstream} did not start: {err.strip()[-1000:]}"
-            )
-        yield str(json.loads(line)["endpoint"])
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()  # the child stops when its stdin closes
+    # stderr in a file: a pipe nobody read while the run went on filled up (64 KiB of
+    # logged tracebacks), and the child, its proxy and the bench hung on its next line.
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                # -c, not -m: the package imports this module, and runpy's warning about
+                # it came first in every message of a proxy that did not start.
+                "-c",
+                "import sys; from headrace.bench._s3_serve import _main; sys.exit(_main())",
+                upstream,
+                str(latency_ms),
+                str(max_concurrent or 0),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+        )
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line:
+                with suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)  # done writing why
+                log.seek(0)
+                err = log.read().decode("utf-8", "replace")
+                raise StorageError(
+                    f"the latency proxy for {upstream} did not start: {err.strip()[-1000:]}"
+                )
+            yield str(json.loads(line)["endpoint"])
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()  # the child stops when its stdin closes
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 @contextmanager
@@ -224,7 +233,12 @@ def _main() -> int:
     from headrace.emulate import LatencyProxy
 
     upstream, latency, limit = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-    with LatencyProxy(upstream, latency_ms=latency, max_concurrent=limit or None) as proxy:
+    try:
+        proxy = LatencyProxy(upstream, latency_ms=latency, max_concurrent=limit or None).start()
+    except HeadraceError as exc:  # the reason, for the parent's message: not a traceback
+        print(said(exc), file=sys.stderr)
+        return 2
+    with proxy:
         print(json.dumps({"endpoint": proxy.endpoint}), flush=True)
         sys.stdin.read()
     return 0

@@ -98,7 +98,8 @@ class LatencyProxy(Closing):
     before it is forwarded (a one-way floor); ``mbps`` caps the response bytes
     of all connections together, in megabytes (10**6 B) per second.
     ``upstream_timeout_s`` bounds how long the upstream may stay silent (to
-    connect and send its response head, then to send its body): past it the
+    connect and send its response head, then between pieces of its body, however
+    long the whole body takes): past it the
     client gets ``504 Gateway Timeout`` (its body says whether the head or
     the rest of the body was late) instead of waiting forever on a hung
     upstream. An upstream that refuses the connection, cannot be resolved,
@@ -125,6 +126,21 @@ class LatencyProxy(Closing):
         parts = urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname:
             raise ConfigError(f"Proxy upstream must be http://host:port (got {upstream!r}).")
+        try:
+            up_port = parts.port
+            if up_port == 0:  # was taken for no port: 80
+                raise ValueError("port 0")
+        except ValueError as exc:  # "http://host:abc": urllib's ValueError, a traceback
+            raise ConfigError(
+                f"Proxy upstream {upstream!r} has no valid port ({exc}); give http://host:port "
+                "with a port in 1-65535."
+            ) from None
+        if parts.path.strip("/") or parts.query or parts.fragment:
+            # Each request goes upstream with its own path: "/minio" here was left out.
+            raise ConfigError(
+                f"Proxy upstream {upstream!r} has a path; the proxy forwards each request's "
+                "own path to host:port, so give http://host:port only."
+            )
         # Finite, not only >= 0: NaN passed a comparison and injected no latency at all,
         # an infinite latency hung every request (a "stall" FaultRule does that on purpose).
         if not 0 <= latency_ms < math.inf:
@@ -137,13 +153,16 @@ class LatencyProxy(Closing):
             )
         if not upstream_timeout_s > 0:
             raise ConfigError(f"upstream_timeout_s must be > 0 (got {upstream_timeout_s}).")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            # bind()'s OverflowError, a traceback from start(), before.
+            raise ConfigError(f"port must be in 0-65535, 0 for a free one (got {port!r}).")
         if max_concurrent is not None and max_concurrent < 1:
             raise ConfigError(f"max_concurrent must be >= 1 or None (got {max_concurrent}).")
         self.max_concurrent = max_concurrent
         self.upstream_timeout_s = float(upstream_timeout_s)
         self.upstream = upstream
         self._up_host = parts.hostname
-        self._up_port = parts.port or 80
+        self._up_port = 80 if up_port is None else up_port
         self.latency_ms = latency_ms
         self._link = _Link(mbps)
         self._rules = [RuleState(r) for r in faults]
@@ -162,13 +181,18 @@ class LatencyProxy(Closing):
     def start(self) -> Self:
         if self._thread is not None:
             return self
+        # Again after close(): the event was set, and start() returned before the new loop
+        # was up (port read the closed server; a close() then waited for good).
+        self._ready.clear()
+        self._loop = self._server = None
         self._thread = threading.Thread(target=self._run, name="headrace-proxy", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
             self._thread.join()
             self._thread = None
-            raise self._error
+            error, self._error = self._error, None  # a later start() tries afresh
+            raise error
         return self
 
     def close(self) -> None:
@@ -179,6 +203,7 @@ class LatencyProxy(Closing):
             loop.call_soon_threadsafe(self._shutdown)
         thread.join()
         self._thread = None
+        self._server = None  # port: "not running", not an IndexError of the closed server
 
     def __enter__(self) -> Self:  # starts it, unlike Closing's
         return self.start()
@@ -324,7 +349,10 @@ class LatencyProxy(Closing):
             # the request goes upstream; the store's own 100s are skipped in _forward.
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await writer.drain()
-        body = await read_body(reader, request, until_eof=False)
+        try:
+            body = await read_body(reader, request, until_eof=False)
+        except ValueError as exc:  # a chunk size that is no number: was a bare close
+            return await answer_error(writer, "400 Bad Request", f"malformed request body: {exc}")
         with self._lock:
             s = self._stats
             s.bytes_up += len(head) + len(body)
@@ -423,22 +451,21 @@ class LatencyProxy(Closing):
                     f"upstream {self.upstream} closed the connection without a response",
                 )
             try:
-                response = Message(head)
+                response = Message(head, response=True)
             except ValueError as exc:
                 return await answer_error(
                     writer,
                     "502 Bad Gateway",
                     f"upstream {self.upstream} sent a malformed response head: {exc}",
                 )
-            bodyless = request.start_line.startswith("HEAD ") or response.start_line.split(" ")[
-                1
-            ] in ("204", "304")
+            bodyless = request.start_line.startswith("HEAD ") or response.status in (204, 304)
             if bodyless:
                 body = b""
             else:
                 try:
-                    async with asyncio.timeout(self.upstream_timeout_s):
-                        body = await read_body(up_reader, response, until_eof=True)
+                    body = await read_body(
+                        up_reader, response, until_eof=True, idle_s=self.upstream_timeout_s
+                    )
                 except TimeoutError:
                     # Not a hang either; nothing has been relayed yet, so say why.
                     return await answer_error(

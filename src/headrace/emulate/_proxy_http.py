@@ -33,30 +33,58 @@ MAX_HEAD = 64 * 1024
 
 
 class Message:
-    """An HTTP/1.1 message head plus how its body is framed."""
+    """An HTTP/1.1 message head plus how its body is framed; a ``response`` head's
+    ``status`` too. A head that cannot be framed is a ValueError saying why."""
 
-    __slots__ = ("chunked", "close", "expect_continue", "head", "length", "start_line")
+    __slots__ = ("chunked", "close", "expect_continue", "head", "length", "start_line", "status")
 
-    def __init__(self, head: bytes) -> None:
+    def __init__(self, head: bytes, *, response: bool = False) -> None:
         self.head = head
         lines = head.decode("latin-1").split("\r\n")
         self.start_line = lines[0]
+        self.status = 0
+        if response:
+            # A status line with no status ("GARBAGE") was an IndexError, and a bare close.
+            parts = self.start_line.split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not _is_status(parts[1]):
+                raise ValueError(
+                    f"status line {self.start_line[:200]!r} is not 'HTTP/1.1 NNN Reason'"
+                )
+            self.status = int(parts[1])
         self.length: int | None = None
         self.chunked = False
         self.close = False
         self.expect_continue = False
+        keep_alive = False
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
             value = value.strip().lower()
             if name == "content-length":
+                # A negative length failed deep in the read, and two that disagree left the
+                # rest of a body to be taken for the next message.
+                if not (value.isdigit() and value.isascii()):
+                    raise ValueError(f"Content-Length {value[:40]} is not a whole number of bytes")
+                if self.length is not None and self.length != int(value):
+                    raise ValueError(f"Content-Length {self.length} and {int(value)} disagree")
                 self.length = int(value)
             elif name == "transfer-encoding" and "chunked" in value:
                 self.chunked = True
-            elif name == "connection" and value == "close":
-                self.close = True
+            elif name == "connection":
+                tokens = {t.strip() for t in value.split(",")}
+                self.close = self.close or "close" in tokens
+                keep_alive = keep_alive or "keep-alive" in tokens
             elif name == "expect" and value == "100-continue":
                 self.expect_continue = True
+        # HTTP/1.0 closes after each message unless it asks otherwise: kept open, a 1.0
+        # client that reads its answer to the end of the connection (ab) waited for good.
+        version = self.start_line.split(" ", 1)[0] if response else self.start_line[-8:]
+        if version == "HTTP/1.0" and not keep_alive:
+            self.close = True
+
+
+def _is_status(text: str) -> bool:
+    return len(text) == 3 and text.isdigit() and text.isascii()
 
 
 def interim(head: bytes) -> bool:
@@ -94,25 +122,75 @@ async def discard_head(reader: asyncio.StreamReader) -> None:
                 seen = chunk
 
 
-async def read_body(reader: asyncio.StreamReader, msg: Message, *, until_eof: bool) -> bytes:
-    """The raw body bytes exactly as framed (chunk markers kept)."""
+async def read_body(
+    reader: asyncio.StreamReader, msg: Message, *, until_eof: bool, idle_s: float | None = None
+) -> bytes:
+    """The raw body bytes exactly as framed (chunk markers kept). ``idle_s``: the longest
+    the sender may stay silent (TimeoutError past it), however long the whole body takes."""
     if msg.chunked:
         parts = []
         while True:
-            size_line = await reader.readuntil(b"\r\n")
+            async with asyncio.timeout(idle_s):
+                size_line = await _line(reader)
             parts.append(size_line)
-            size = int(size_line.split(b";")[0].strip(), 16)
+            size = _chunk_size(size_line)
             if size == 0:
                 # Trailers, then the final empty line.
                 while True:
-                    line = await reader.readuntil(b"\r\n")
+                    async with asyncio.timeout(idle_s):
+                        line = await _line(reader)
                     parts.append(line)
                     if line == b"\r\n":
                         return b"".join(parts)
-            parts.append(await reader.readexactly(size + 2))
+            parts.append(await _exactly(reader, size + 2, idle_s))
     if msg.length is not None:
-        return await reader.readexactly(msg.length)
-    return await reader.read() if until_eof else b""
+        return await _exactly(reader, msg.length, idle_s)
+    if not until_eof:
+        return b""
+    parts = []
+    while True:
+        async with asyncio.timeout(idle_s):
+            piece = await reader.read(_PIECE)
+        if not piece:
+            return b"".join(parts)
+        parts.append(piece)
+
+
+# How much of a body is read at once when the sender's silences are timed.
+_PIECE = 1 << 20
+
+
+async def _exactly(reader: asyncio.StreamReader, n: int, idle_s: float | None) -> bytes:
+    """``n`` bytes, each piece within ``idle_s`` of the last: a body bound as a whole
+    was a 504 for any upstream that took longer to send it all, however steadily."""
+    if idle_s is None:
+        return await reader.readexactly(n)
+    parts: list[bytes] = []
+    left = n
+    while left:
+        async with asyncio.timeout(idle_s):
+            piece = await reader.read(min(left, _PIECE))
+        if not piece:
+            raise asyncio.IncompleteReadError(b"".join(parts), n)
+        parts.append(piece)
+        left -= len(piece)
+    return b"".join(parts)
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    """A chunk-size or trailer line; one past the reader's limit is a ValueError, not
+    asyncio's LimitOverrunError (a traceback in the log and a bare close)."""
+    try:
+        return await reader.readuntil(b"\r\n")
+    except asyncio.LimitOverrunError:
+        raise ValueError(f"a chunk-size or trailer line over {MAX_HEAD // 1024} KiB") from None
+
+
+def _chunk_size(line: bytes) -> int:
+    text = line.split(b";")[0].strip()
+    if not text or text.strip(b"0123456789abcdefABCDEF"):
+        raise ValueError(f"chunk size {line[:40]!r} is not a hexadecimal number")
+    return int(text, 16)
 
 
 def problem(exc: BaseException) -> str:
@@ -151,7 +229,7 @@ def short_chunked(body: bytes) -> bytes:
     pos = 0
     while True:
         eol = body.index(b"\r\n", pos)
-        size = int(body[pos:eol].split(b";")[0].strip(), 16)
+        size = _chunk_size(body[pos:eol])
         if size == 0:
             break
         data.append(body[eol + 2 : eol + 2 + size])

@@ -41,6 +41,12 @@ _LAUNCHES = 3
 _TCP_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket
 
 
+# The server is ours, on 127.0.0.1: asked directly. Through urllib's default opener the
+# question went to the proxy that http_proxy names, and a server that was up "did not
+# answer" (where 127.0.0.1 is not in no_proxy, as on many company machines).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -183,7 +189,7 @@ class ServerProcess:
                     f"on {self.endpoint}: {self.log()[-800:]}"
                 )
             try:
-                with urllib.request.urlopen(self.endpoint + self._ready_path, timeout=1.0):
+                with _DIRECT.open(self.endpoint + self._ready_path, timeout=1.0):
                     pass
             except urllib.error.HTTPError:
                 pass  # it answered, if only with an error

@@ -274,9 +274,9 @@ def _check_dirs(src: str, mnt: str) -> None:
         raise ConfigError(f"slowfs: source {src!r} is not a directory; give an existing one.")
     if not os.path.isdir(mnt):
         raise ConfigError(f"slowfs: mount point {mnt!r} is not a directory; create it first.")
-    if is_mounted(mnt):
-        raise ConfigError(f"slowfs: {mnt!r} is already a mount point; unmount it first.")
     real_src, real_mnt = os.path.realpath(src), os.path.realpath(mnt)
+    if is_mounted(mnt) or is_mounted(real_mnt):  # the latter: a symlink to a mount point
+        raise ConfigError(f"slowfs: {mnt!r} is already a mount point; unmount it first.")
     if real_mnt == real_src or real_mnt.startswith(real_src.rstrip("/") + "/"):
         raise ConfigError(
             f"slowfs: mount point {mnt!r} is inside the source {src!r}: the mount would show "
@@ -302,6 +302,9 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
     # libfuse moves the process to / once mounted: a relative stats file would land there.
     stats_file = None if stats_file is None else os.path.abspath(stats_file)
     _check_dirs(src, mnt)
+    # Where fusermount3 mounts, and the mount table says it did, when MNT is a symlink:
+    # the checks for a mount left behind look there.
+    mnt = os.path.realpath(mnt)
     try:
         import mfusepy
     except (ImportError, OSError) as exc:

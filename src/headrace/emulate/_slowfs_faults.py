@@ -49,6 +49,14 @@ def errno_name(code: int) -> str:
     return errno.errorcode[code]
 
 
+def _tidy(glob: str) -> str:
+    """``glob`` less its ``.`` and empty parts (a trailing ``/`` as ``/*``)."""
+    parts = [p for p in glob.split("/") if p not in (".", "")]
+    if not parts:  # ".": every file
+        return "*"
+    return "/".join(parts) + ("/*" if glob.endswith("/") else "")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ReadFault:
     """READs of files whose path (relative to the mount, no leading ``/``) matches
@@ -79,6 +87,13 @@ class ReadFault:
             raise ConfigError(
                 f"slowfs fail-reads glob {g!r} climbs out with '..'; paths inside the mount "
                 "never contain it."
+            )
+        if "." in g.split("/") or "" in g.split("/"):
+            # Matched against paths as the kernel gives them ("data/x.bin"): "./data/x.bin",
+            # "data//x.bin" or "data/" matched nothing, and no READ ever failed.
+            raise ConfigError(
+                f"slowfs fail-reads glob {g!r} has a '.' or empty part, which the paths it "
+                f"is matched with never have; write it as {_tidy(g)!r}."
             )
         for name, v in (("start", self.start), ("end", self.end)):
             if v is None and name == "end":
@@ -113,7 +128,9 @@ class ReadFault:
         return cls(glob=glob, start=int(lo or 0), end=int(hi) if hi else None)
 
     def to_spec(self) -> str:
-        if self.start == 0 and self.end is None:
+        # A glob holding ':' keeps its range, "0-" too: written bare, what followed its
+        # last ':' was read back as one ("12:00.bin" -> "'00.bin' is not a byte range").
+        if self.start == 0 and self.end is None and ":" not in self.glob:
             return self.glob
         return f"{self.glob}:{self.start}-{'' if self.end is None else self.end}"
 

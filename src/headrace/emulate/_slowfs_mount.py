@@ -98,6 +98,15 @@ class SlowMount:
         if is_mounted(self.mnt):
             raise StorageError(errno.EBUSY, f"SlowMount: {self.mnt} is already a mount point.")
         self.mnt.mkdir(exist_ok=True)
+        # fusermount3 mounts at the folder a symlink leads to, and the mount table names
+        # that folder: looked for under the link, the mount never appeared (a timeout).
+        real = Path(os.path.realpath(self.mnt))
+        if real != self.mnt:
+            if is_mounted(real):
+                raise StorageError(
+                    errno.EBUSY, f"SlowMount: {self.mnt} leads to {real}, already a mount point."
+                )
+            self.mnt = real
         self._own_dir = tempfile.mkdtemp(prefix="headrace-slowfs-")
         if self._stats_file is None:
             self._stats_file = Path(self._own_dir) / "stats.json"
