@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import re
 import sys
@@ -31,7 +30,7 @@ from headrace.bench._args import (
 from headrace.bench._kind import Kind, make_kind, room_for
 from headrace.bench._machine import machine_info
 from headrace.bench._overrides import storage_options, workloads
-from headrace.bench._report import SCHEMA_VERSION, print_report, write_json
+from headrace.bench._report import SCHEMA_VERSION, print_report, report_json, write_json
 from headrace.bench._runner import Interrupted, Progress, RunOptions, run_workload, stop_name
 from headrace.bench._slowfs_run import fuse_check
 from headrace.bench._workload import Workload, naming
@@ -675,8 +674,7 @@ def run(args: argparse.Namespace) -> int:
         lost = exc
     print_report(report, file=sys.stderr if args.json == "-" else None)
     if args.json == "-":
-        json.dump(report, sys.stdout, indent=2)
-        print()
+        print(report_json(report))  # strict JSON, as the file's
     if lost is not None:
         # The figures are printed above; say which output was lost and why.
         print(

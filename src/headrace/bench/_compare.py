@@ -252,7 +252,12 @@ def _notes(a: dict[str, Any], b: dict[str, Any], other: dict[str, list[str]]) ->
     columns measure it too), and data or plan (B/A of samples/s, digests not compared).
     `compare` of a local run against one on S3 at 20 ms said nothing of it: its 0.02x read
     as a loader's regression."""
-    notes = []
+    notes = [
+        f"{side} was interrupted (Ctrl-C or SIGTERM): its figures are of the trials it "
+        "finished, and what it did not measure is left out (its notes say which)"
+        for side, report in (("A", a), ("B", b))
+        if report.get("interrupted")
+    ]
     ma, mb = _machine(a), _machine(b)
     if ma is not None and mb is not None and ma != mb:
         notes.append(f"the reports ran on other machines (A: {ma}; B: {mb}): B/A compares them too")
@@ -306,16 +311,36 @@ def compare(a_path: str, b_path: str) -> int:
     before = {(r["workload"], r["variant"]): r for r in a["results"]}
     extra = _extra_columns([*a["results"], *b["results"]])
     ta, tb = au_thresholds(a), au_thresholds(b)
+    # As wide as their widest cell: an AU of more decimals ("0.899999* FAIL") moved the
+    # columns right of it.
+    extra = [
+        (
+            name,
+            show,
+            max([w, *(len(show(r, t)) for s, t in ((a, ta), (b, tb)) for r in s["results"])]),
+        )
+        for name, show, w in extra
+    ]
     head = "".join(f" {name + ' A':>{w}s} {'B':>{w}s}" for name, _, w in extra)
+    # As wide as the longest name: a swept variant (headrace?prefetch=0&block_mib=1) pushed
+    # its row's figures right of the header's columns.
+    both = [*a["results"], *b["results"]]
+    ww = max([10, *(len(str(r["workload"])) for r in both)])
+    vw = max([28, *(len(str(r["variant"])) for r in both)])
     print(
-        f"{'workload':10s} {'variant':28s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
+        f"{'workload':{ww}s} {'variant':{vw}s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
         "  digest"
     )
     differ = 0
+    failed_a, failed_b = _failed(a), _failed(b)
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
         if old is None:
-            print(f"{r['workload']:10s} {r['variant']:28s} {'-':>12s} {_r(r):>12s}  only in B")
+            was = "; failed in A (see its notes)" * ((r["workload"], r["variant"]) in failed_a)
+            print(
+                f"{r['workload']:{ww}s} {r['variant']:{vw}s} {'-':>12s} {_r(r):>12s}  only in B"
+                + was
+            )
             continue
         name = r["workload"]
         # Batches of another size: the ratio is of samples per second (the same ratio
@@ -323,13 +348,28 @@ def compare(a_path: str, b_path: str) -> int:
         ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
         same = "not compared (other data or plan: see above)" if name in other else _same(old, r)
         cells = "".join(f" {show(old, ta):>{w}s} {show(r, tb):>{w}s}" for _, show, w in extra)
-        print(f"{name:10s} {r['variant']:28s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}")
+        print(
+            f"{name:{ww}s} {r['variant']:{vw}s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}"
+        )
         differ += same.startswith("DIFFERS")
+    broke = 0
     for (workload, variant), old in before.items():
-        print(f"{workload:10s} {variant:28s} {_r(old):>12s} {'-':>12s}  only in A")
+        # A variant that failed in B was "only in A", exit 0: its run broke it.
+        fails = (workload, variant) in failed_b
+        print(
+            f"{workload:{ww}s} {variant:{vw}s} {_r(old):>12s} {'-':>12s}  only in A"
+            + "; FAILED in B (see its notes)" * fails
+        )
+        broke += fails
     if extra and extra[0][1] is _au:
         for line in _short_au_notes(a, b):
             print(line)
+    if broke:
+        print(
+            f"headrace bench compare: {broke} variant(s) failed in B that A measured (FAILED "
+            "above); B's notes say why",
+            file=sys.stderr,
+        )
     if differ:
         # Exit 1, as a run whose variants disagree: a script that compares each run with a
         # baseline read 0, and a change of the bytes delivered passed as a speed-up.
@@ -338,8 +378,19 @@ def compare(a_path: str, b_path: str) -> int:
             "A (DIFFERS above), over the same data and plan",
             file=sys.stderr,
         )
-        return 1
-    return 0
+    return 1 if differ or broke else 0
+
+
+def _failed(report: dict[str, Any]) -> set[tuple[str, str]]:
+    """(workload, variant) of each variant that failed in a report's run (left out of its
+    results; its workload's ``failed``)."""
+    return {
+        (str(w.get("name")), str(f.get("variant")))
+        for w in report.get("workloads") or []
+        if isinstance(w, dict)
+        for f in w.get("failed") or []
+        if isinstance(f, dict)
+    }
 
 
 def _au(r: dict[str, Any], thresholds: dict[str, float]) -> str:
@@ -393,11 +444,17 @@ def _same(old: dict[str, Any], new: dict[str, Any]) -> str:
     # A variant that hands samples over as fetches complete (iterable, ceiling) delivers
     # them in another order each run: its ordered digest differs from run to run.
     if "canonical" in (old.get("digest_compared"), new.get("digest_compared")):
-        if old.get("canonical_digest") == new.get("canonical_digest"):
+        # A report written before canonical digests (or by hand) has none to compare:
+        # two such were "same (canonical)" (None == None), one "DIFFERS (canonical)".
+        lacking = [s for s, r in (("A", old), ("B", new)) if r.get("canonical_digest") is None]
+        if lacking:
+            return f"not compared (no canonical digest in {' and '.join(lacking)})"
+        if old["canonical_digest"] == new["canonical_digest"]:
             return "same (canonical)"
         return "DIFFERS (canonical)"
-    if "digest_compared" in old and old["digest_compared"] is None:
-        # digested, but order-free in a run that did not cover whole epochs
+    if any("digest_compared" in r and r["digest_compared"] is None for r in (old, new)):
+        # digested, but order-free in a run that did not cover whole epochs (either run:
+        # B's alone was said to differ from A's ordered digest)
         return "not compared (another order by design)"
     return "DIFFERS"
 

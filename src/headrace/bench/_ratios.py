@@ -51,5 +51,13 @@ def ratios(results: list[dict[str, Any]], sweep_key: str | None = None) -> None:
         # from a read-ahead queue filled while other variants ran).
         key = "samples_per_s" if base.get("samples_per_s") else "batches_per_s"
         r["baseline_variant"] = base["variant"]
-        r["ratio_to_baseline"] = r[key] / base[key]
-        r["ratio_to_memcpy"] = r["batches_per_s"] / memcpy["batches_per_s"] if memcpy else None
+        r["ratio_to_baseline"] = _over(r[key], base[key])
+        r["ratio_to_memcpy"] = (
+            _over(r["batches_per_s"], memcpy["batches_per_s"]) if memcpy else None
+        )
+
+
+def _over(figure: float, reference: float) -> float | None:
+    """``figure`` over ``reference``; ``None`` (the table's "-") over one of no throughput,
+    which ended the run in ZeroDivisionError after every variant was measured."""
+    return figure / reference if reference else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import sys
 from typing import Any, TextIO
 
@@ -27,6 +28,7 @@ __all__ = [
     "max_acc_text",
     "print_report",
     "rate_text",
+    "report_json",
     "short_au",
     "short_au_note",
     "short_trials_note",
@@ -583,7 +585,34 @@ def _s3_line(s3: dict[str, Any]) -> str:
     return ", ".join(said)
 
 
+def _finite(value: Any, where: str, bad: list[str]) -> Any:
+    """``value`` with each float that is no JSON number (NaN, an infinity) as ``None``,
+    its place and value added to ``bad`` (``results[0].gb_per_s (nan)``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(f"{where} ({value})")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}" if where else str(k), bad) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
+    return value
+
+
+def report_json(report: dict[str, Any]) -> str:
+    """The report as strict JSON: a figure that is no JSON number (NaN, an infinity) is
+    null, and a note names it. ``json.dump`` wrote them as ``NaN`` and ``Infinity``, which
+    jq and browsers refuse, and ``headrace bench compare`` and ``plot`` too."""
+    bad: list[str] = []
+    strict = _finite(report, "", bad)
+    if bad:
+        strict["notes"] = [
+            *strict.get("notes", []),
+            f"figures that are no number, written as null: {', '.join(bad)}",
+        ]
+    return json.dumps(strict, indent=2, sort_keys=False, allow_nan=False)
+
+
 def write_json(report: dict[str, Any], path: str) -> None:
+    """:func:`report_json` to ``path``."""
     with open(path, "w") as f:
-        json.dump(report, f, indent=2, sort_keys=False)
-        f.write("\n")
+        f.write(report_json(report) + "\n")
