@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._kind import Batch, Kind
+from headrace.errors import HeadraceError
 
 __all__ = [
     "EXCLUDE_START_STEPS",
@@ -89,8 +90,16 @@ def au_trial(
     t0 = time.perf_counter()
     for i in range(steps):
         a = time.perf_counter()
-        for _ in range(accelerators):
-            next(it)
+        for k in range(accelerators):
+            try:
+                next(it)
+            except StopIteration:  # out of the run, it ended it: every figure lost
+                raise HeadraceError(
+                    f"its stream ended after {i * accelerators + k:,} of the "
+                    f"{steps * accelerators:,} batches of an epoch with compute ({steps:,} "
+                    f"steps of {accelerators:,}): a variant must deliver every step it is "
+                    "asked for"
+                ) from None
         b = time.perf_counter()
         time.sleep(float(compute[i]))
         c = time.perf_counter()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from headrace.bench._kind import Kind, VariantSpec
+from headrace.bench._kind import Kind, VariantSpec, _like
 from headrace.errors import HeadraceError
 from headrace.io._in_flight import reads_in_flight
 
@@ -96,4 +96,6 @@ def reads_past_cache(kind: Kind, spec: str) -> bool:
     asked = VariantSpec.parse(spec).options.get("odirect")
     if asked is None:
         return bool(getattr(kind, "odirect", False))
-    return str(asked).lower() in ("1", "true")
+    # As the reader takes it: "1" and "true" alone were read as true, so ?odirect=yes read
+    # past the cache and was said to read the page cache.
+    return bool(_like(False, str(asked), spec, "odirect"))

@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from headrace.io import usable_cpus
+from headrace.io._memory import available_memory
 from headrace.io._mounts import mount_of, network_type
 
 __all__ = [
@@ -92,7 +93,8 @@ def _cpu_model() -> str:
 
 
 def machine_info(data_path: str | None = None) -> dict[str, Any]:
-    """CPU, cores, memory, Python and library versions, storage of ``data_path``."""
+    """CPU, cores, memory (and a container's limit), Python and library versions, storage
+    of ``data_path``."""
     versions: dict[str, str] = {}
     for lib in _LIBRARIES:
         try:
@@ -100,12 +102,21 @@ def machine_info(data_path: str | None = None) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             continue
     mem = meminfo()
+    # A container's memory limit where it binds below the host's available memory (None:
+    # none does): a 4 GiB pod on a 128 GiB host was a 128 GB machine.
+    room = available_memory()
+    limit = room.limit if room is not None and room.bound == "container" else None
+    try:
+        load: list[float] | None = list(os.getloadavg())
+    except OSError:  # no /proc/loadavg (a sandbox): taken after the run, it lost the report
+        load = None
     return {
         "cpu_model": _cpu_model(),
         "cores": os.cpu_count() or 1,
         "cores_usable": usable_cpus(),  # affinity and a container's CPU quota
-        "load_average": list(os.getloadavg()),
-        "memory_bytes": mem.get("MemTotal", 0),
+        "load_average": load,
+        "memory_bytes": mem.get("MemTotal", 0),  # the host's, in a container too
+        "memory_limit_bytes": limit,
         "platform": platform.platform(),
         "python": platform.python_version(),
         "libraries": versions,

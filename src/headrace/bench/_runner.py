@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -114,7 +115,10 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
             [sys.executable, *CHILD],
             input=json.dumps(req),
             capture_output=True,
-            text=True,
+            # What a C library wrote there need not be UTF-8: strict decoding raised
+            # UnicodeDecodeError here, and the run ended with every variant's figures.
+            encoding="utf-8",
+            errors="replace",
             env=env,
             pass_fds=(alive_r,),
             check=False,
@@ -122,25 +126,67 @@ def _measure_isolated(kind: Kind, spec: str, steps: int) -> dict[str, Any]:
     finally:
         os.close(alive_r)
         os.close(alive_w)
-    if proc.returncode == CONFIG_EXIT:
-        raise ConfigError(proc.stderr.strip().splitlines()[-1])
-    if proc.returncode == ERROR_EXIT:
-        lines = proc.stderr.strip().splitlines()
+    name = f"variant {spec!r} of workload {kind.workload.name!r}"
+    lines = proc.stderr.strip().splitlines()
+    # Exits 3 and 4 promise a last line on stderr; without it (a library's exit(3)) they
+    # are a crash like any other, below.
+    if proc.returncode == CONFIG_EXIT and lines:
+        raise ConfigError(lines[-1])
+    if proc.returncode == ERROR_EXIT and lines:
         # With what the child logged before it (each retried try: what it met, after how
         # long): the error alone counts the tries, and a store that stalled (timeouts) or
         # refused (at once) under load read the same.
         said = [line for line in lines[:-1] if line.startswith("headrace: ")][-_SAID:]
         before = f" (before it: {' | '.join(said)})" if said else ""
-        raise HeadraceError(
-            f"variant {spec!r} of workload {kind.workload.name!r}: {lines[-1]}{before}"
+        raise HeadraceError(f"{name}: {lines[-1]}{before}")
+    result = _result(proc.stdout, spec) if proc.returncode == 0 else None
+    if result is not None:
+        return result
+    raise HeadraceError(
+        f"{name} failed in its measurement process (exit {proc.returncode})"
+        f"{_how_it_ended(proc.returncode, proc.stdout)}"
+        + (
+            f"; its stderr:\n{proc.stderr.strip()[-2000:]}"
+            if lines
+            else "; it wrote nothing on stderr"
         )
-    if proc.returncode != 0:
-        raise HeadraceError(
-            f"variant {spec!r} of workload {kind.workload.name!r} failed in its measurement "
-            f"process (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}"
-        )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    )
+
+
+def _result(stdout: str, spec: str) -> dict[str, Any] | None:
+    """The measurement process's result: the last line of ``stdout`` that holds its JSON
+    object (``None``: none does). What else the process printed is passed over: an exit
+    handler's line after it, a progress line without its newline before it (a JSON error
+    from here ended the run, every variant's figures lost)."""
+    start = '{"variant": '  # measure_pass's first key, as json.dumps writes it
+    for line in reversed(stdout.splitlines()):
+        at = line.find(start)
+        while at >= 0:
+            try:
+                found, _ = json.JSONDecoder().raw_decode(line, at)
+            except ValueError:
+                found = None
+            if isinstance(found, dict) and found.get("variant") == spec:
+                return found
+            at = line.find(start, at + 1)
+    return None
+
+
+def _how_it_ended(code: int, stdout: str) -> str:
+    """What a measurement process's exit ``code`` says, beyond the number: the signal
+    that killed it, or (exit 0) that it printed no result, and what it printed instead."""
+    if code < 0:
+        try:
+            sig = signal.Signals(-code).name
+        except ValueError:
+            return ""
+        oom = " (what the kernel's OOM killer sends when memory runs out: see dmesg)"
+        return f": killed by {sig}{oom if sig == 'SIGKILL' else ''}"
+    if code == 0:
+        out = stdout.strip()
+        wrote = f": it wrote {out[-500:]!r}" if out else ""
+        return f" without its result (a JSON line on stdout{wrote})"
+    return ""
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -275,6 +321,16 @@ def _run(
             text = f"variant {spec!r} of workload {wl.name!r}: {type(exc).__name__}: {text}"
         failed.setdefault(spec, text)
 
+    def ended(spec: str, where: str) -> HeadraceError:
+        """``spec``'s trial stream ended ``where``, short of its steps: StopIteration out
+        of the timed loop ended the run, every variant's figures lost."""
+        m = measured[spec]["steps"]
+        return HeadraceError(
+            f"variant {spec!r} of workload {wl.name!r}: its stream ended {where}, short of "
+            f"the {timed:,} batches it was opened for (its measurement pass delivered "
+            f"{m:,} of {digest_steps:,}): a variant must deliver every step it is asked for"
+        )
+
     # What each phase finished is kept: Ctrl-C or SIGTERM reports the variants that
     # have their measurement pass and a trial done (``stopped``), not nothing.
     measured: dict[str, dict[str, Any]] = {}
@@ -325,6 +381,8 @@ def _run(
                     first_s[spec] = time.perf_counter() - t0
                     for _ in range(warmup - 1):
                         next(its[spec])
+                except StopIteration:
+                    fail(spec, ended(spec, "in its warm-up"))
                 except HeadraceError as exc:
                     fail(spec, exc)
             for _ in range(t.trials):
@@ -337,6 +395,9 @@ def _run(
                         for _ in range(t.steps):
                             next(it)
                         dt = time.perf_counter() - t0
+                    except StopIteration:
+                        fail(spec, ended(spec, f"in trial {len(rates[spec]) + 1} of {t.trials}"))
+                        continue
                     except HeadraceError as exc:
                         fail(spec, exc)
                         continue
