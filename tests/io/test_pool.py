@@ -84,3 +84,32 @@ def test_a_bad_thread_count_does_not_break_import() -> None:
     ).stdout
     assert "ConfigError: HEADRACE_IO_THREADS must be a positive integer" in out
     assert "'eight'" in out
+
+
+def test_a_cgroup_v1_quota_and_a_nested_v2_one_are_honoured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cgroup v1 host's container (this machine's kind) counted the host's cores, as
+    # did a process in a v2 cgroup below the root (a systemd slice, a pod).
+    from headrace.io import _pool
+
+    v1 = tmp_path / "cpu"
+    v1.mkdir()
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    for quota, want in {"150000\n": 2, "50000\n": 1, "-1\n": None, "x\n": None}.items():
+        (v1 / "cpu.cfs_quota_us").write_text(quota)
+        assert _pool._cgroup_v1_cpus(str(v1)) == want, quota
+    assert _pool._cgroup_v1_cpus(str(tmp_path / "none")) is None
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    monkeypatch.setattr(_pool, "_CPU_MAX", str(tmp_path / "none"))
+    monkeypatch.setattr(_pool, "_SELF_CGROUP", str(tmp_path / "none"))
+    monkeypatch.setattr(_pool, "_CPU_V1", str(v1))
+    assert _pool.usable_cpus() == 1
+    monkeypatch.setattr(_pool, "_CPU_V1", str(tmp_path / "none"))
+    assert _pool.usable_cpus() == len(os.sched_getaffinity(0))
+    own = tmp_path / "self_cgroup"
+    own.write_text("0::/kubepods/pod1\n")
+    monkeypatch.setattr(_pool, "_SELF_CGROUP", str(own))
+    assert _pool._own_cpu_max() == "/sys/fs/cgroup/kubepods/pod1/cpu.max"
+    own.write_text("0::/\n")
+    assert _pool._own_cpu_max() == ""

@@ -117,22 +117,58 @@ def threads_from_env(env: str, default: int) -> int:
 
 def usable_cpus() -> int:
     """The CPUs this process may use: its affinity (where the platform says), and no
-    more than a cgroup v2 CPU quota allows (a container limited to 2 CPUs on a
-    64-core host sees 64 in its affinity)."""
+    more than a cgroup CPU quota allows (a container limited to 2 CPUs on a 64-core
+    host sees 64 in its affinity): cgroup v2's ``cpu.max`` at the root or of the
+    process's own cgroup, or v1's ``cpu.cfs_quota_us`` (until 2026-12-07 v2's at the
+    root alone: a v1 host's containers counted the host's cores)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cpus = os.cpu_count() or 1
-    quota = _cgroup_cpus(_CPU_MAX)
-    return max(1, min(cpus, quota)) if quota is not None else cpus
+    quotas = [_cgroup_cpus(_CPU_MAX), _cgroup_cpus(_own_cpu_max()), _cgroup_v1_cpus(_CPU_V1)]
+    found = [q for q in quotas if q is not None]
+    return max(1, min(cpus, *found)) if found else cpus
 
 
 _CPU_MAX = "/sys/fs/cgroup/cpu.max"
+#: cgroup v1's CPU controller, as a container sees its own
+_CPU_V1 = "/sys/fs/cgroup/cpu"
+_SELF_CGROUP = "/proc/self/cgroup"
+
+
+def _own_cpu_max() -> str:
+    """The ``cpu.max`` of this process's own cgroup v2 (``0::/PATH`` in
+    ``/proc/self/cgroup``: a systemd slice, a pod's), or ``""``."""
+    try:
+        with open(_SELF_CGROUP) as fh:
+            for line in fh:
+                if line.startswith("0::/") and line.strip() != "0::/":
+                    return os.path.join("/sys/fs/cgroup", line.strip()[4:], "cpu.max")
+    except OSError:
+        pass
+    return ""
+
+
+def _cgroup_v1_cpus(folder: str) -> int | None:
+    """CPUs a cgroup v1 quota (``cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` in
+    ``folder``) allows, rounded up; ``None`` when there is none (``-1``) or no such files."""
+    try:
+        with open(os.path.join(folder, "cpu.cfs_quota_us")) as q:
+            quota = int(q.read())
+        with open(os.path.join(folder, "cpu.cfs_period_us")) as p:
+            period = int(p.read())
+    except (OSError, ValueError):
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return max(1, -(-quota // period))
 
 
 def _cgroup_cpus(path: str) -> int | None:
     """CPUs a cgroup v2 ``cpu.max`` (``"QUOTA PERIOD"`` or ``"max PERIOD"``) allows,
-    rounded up; ``None`` when there is no such file or no limit."""
+    rounded up; ``None`` when there is no such file (or ``path`` is ``""``) or no limit."""
+    if not path:
+        return None
     try:
         with open(path) as fh:
             quota, period = fh.read().split()[:2]
