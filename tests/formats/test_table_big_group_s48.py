@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headrace.formats._table_part import one_batch
+from headrace.formats._arrow_numpy import one_batch
 
 
 def _available_gib() -> float:

@@ -149,8 +149,11 @@ def _as_bytes(pa: Any, typ: Any) -> Any:
 
 
 def _node_counts(pa: Any, typ: Any) -> int:
-    """Field nodes a column of ``typ`` has in a record batch (itself, then its children's)."""
-    if isinstance(typ, pa.ExtensionType):
+    """Field nodes a column of ``typ`` has in a record batch (itself, then its children's).
+    An extension type's are its storage's: a canonical one's too (``fixed_shape_tensor``
+    is no ``pa.ExtensionType``, whose subclasses are Python's), which counted one, so
+    the columns after it took its children's nodes (their null counts, until 2026-12-07)."""
+    if isinstance(typ, pa.BaseExtensionType):
         typ = typ.storage_type
     return 1 + sum(_node_counts(pa, typ.field(i).type) for i in range(typ.num_fields))
 

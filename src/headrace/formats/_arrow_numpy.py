@@ -16,6 +16,7 @@ __all__ = [
     "booleans",
     "null_rows",
     "numbers",
+    "one_batch",
     "temporal_dtype",
     "valid_rows",
     "zero_filled",
@@ -126,3 +127,33 @@ def _values_as(arr: Any, dtype: np.dtype[Any]) -> NDArray[Any]:
     out = np.frombuffer(data, dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
     out.flags.writeable = False
     return out
+
+
+def one_batch(pa: Any, table: Any) -> Any:
+    """``table`` (a decoded row group) as one record batch. A column of more than 2 GiB
+    of strings or bytes (a row group of large images) is not one array of 32-bit
+    offsets: ``combine_chunks`` keeps it in pieces, and until 2026-12-07 the first
+    piece's rows alone were read, the others lost without a word. Such a table is cast
+    to the 64-bit forms (``large_string``, ``large_binary``, ``large_list``), which
+    every reader of a column takes, and combined then."""
+    batches = table.combine_chunks().to_batches()
+    if len(batches) == 1:
+        return batches[0]
+    wide = pa.schema([f.with_type(_wide(pa, f.type)) for f in table.schema])
+    return table.cast(wide).combine_chunks().to_batches()[0]
+
+
+def _wide(pa: Any, typ: Any) -> Any:
+    """``typ`` with 64-bit offsets wherever it has 32-bit ones."""
+    t = pa.types
+    if t.is_string(typ):
+        return pa.large_string()
+    if t.is_binary(typ):
+        return pa.large_binary()
+    if t.is_list(typ) or t.is_large_list(typ):
+        return pa.large_list(typ.value_field.with_type(_wide(pa, typ.value_type)))
+    if t.is_fixed_size_list(typ):
+        return pa.list_(typ.value_field.with_type(_wide(pa, typ.value_type)), typ.list_size)
+    if t.is_struct(typ):
+        return pa.struct([f.with_type(_wide(pa, f.type)) for f in typ])
+    return typ

@@ -417,6 +417,14 @@ class _Walk:
                     nodes = meta.structs(header, 1)  # (length, null count), column order
                     if n < 0 or (tops and tops[-1] >= len(nodes)):
                         raise _Corrupt(f"{n} rows, {len(nodes)} field nodes, {len(tops)} columns")
+                    if (nodes[tops, 0] != n).any():
+                        # (until 2026-12-07 opened as n rows: a flipped bit's 10**12 rows
+                        # asked for terabytes; the local copy is refused by pyarrow)
+                        j = int(np.flatnonzero(nodes[tops, 0] != n)[0])
+                        raise _Corrupt(
+                            f"its header says {n} rows, but column {schema.field(j).name!r} "
+                            f"holds {int(nodes[tops[j], 0])}"
+                        )
                     bufs = self._buffers(meta, header, buffers, body)
                     spans.append((at, pre + length + body))
                     before.append(len(dictionaries))

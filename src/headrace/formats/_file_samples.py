@@ -276,4 +276,3 @@ def sample_digests(batch: Mapping[str, NDArray[Any]]) -> list[str]:
             hash_values(h, a)  # (by value: datetime64, object samples too)
         out.append(h.hexdigest())
     return out
-

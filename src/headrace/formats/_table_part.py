@@ -34,6 +34,7 @@ from headrace.formats._arrow_local import (
     record_batches,
     walk,
 )
+from headrace.formats._arrow_numpy import one_batch
 from headrace.formats._map_guard import (
     populate_headers,
     read_ends,
@@ -554,36 +555,6 @@ class _Part:
             pf.close()
         if self._streams is not None:
             self._streams.close()
-
-
-def one_batch(pa: Any, table: Any) -> Any:
-    """``table`` (a decoded row group) as one record batch. A column of more than 2 GiB
-    of strings or bytes (a row group of large images) is not one array of 32-bit
-    offsets: ``combine_chunks`` keeps it in pieces, and until 2026-12-07 the first
-    piece's rows alone were read, the others lost without a word. Such a table is cast
-    to the 64-bit forms (``large_string``, ``large_binary``, ``large_list``), which
-    every reader of a column takes, and combined then."""
-    batches = table.combine_chunks().to_batches()
-    if len(batches) == 1:
-        return batches[0]
-    wide = pa.schema([f.with_type(_wide(pa, f.type)) for f in table.schema])
-    return table.cast(wide).combine_chunks().to_batches()[0]
-
-
-def _wide(pa: Any, typ: Any) -> Any:
-    """``typ`` with 64-bit offsets wherever it has 32-bit ones."""
-    t = pa.types
-    if t.is_string(typ):
-        return pa.large_string()
-    if t.is_binary(typ):
-        return pa.large_binary()
-    if t.is_list(typ) or t.is_large_list(typ):
-        return pa.large_list(typ.value_field.with_type(_wide(pa, typ.value_type)))
-    if t.is_fixed_size_list(typ):
-        return pa.list_(typ.value_field.with_type(_wide(pa, typ.value_type)), typ.list_size)
-    if t.is_struct(typ):
-        return pa.struct([f.with_type(_wide(pa, f.type)) for f in typ])
-    return typ
 
 
 def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:

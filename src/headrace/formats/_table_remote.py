@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, FormatError, HeadraceError
+from headrace.errors import ConfigError, FormatError, HeadraceError, ObjectNotFoundError
+from headrace.formats._arrow_numpy import one_batch
 from headrace.formats._arrow_slice import SubFetch
 from headrace.formats._file_list import refuse_repeats
 from headrace.formats._object_files import (
@@ -91,6 +92,8 @@ __all__ = [
 GAP = 1 << 20
 _FOOTER = 64 << 10
 _MAGIC = b"PAR1"
+# A Parquet object's names: read as one when named alone (listed, ``.parquet`` only).
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 
 
 def resolve_urls(
@@ -99,7 +102,9 @@ def resolve_urls(
     """The dataset root (for names), its table objects with their size and ETag, and
     the ``datasets`` fingerprint of a ``save_to_disk`` prefix (``None`` otherwise).
 
-    ``path``: one object (``.../train.parquet``, ``.../data-00000-of-00002.arrow``),
+    ``path``: one object (``.../train.parquet``, ``.../data-00000-of-00002.arrow``; a
+    Parquet one named ``.pq`` or ``.parq`` too; a prefix named so if there is no such
+    object, as Spark's and Dask's ``out.parquet/`` of part files),
     a glob (``.../train-*.parquet``, ``.../year=*/*.parquet``, ``.../**/*.parquet``: as
     ``glob.glob`` reads files, :mod:`headrace.formats._url_glob`), a prefix, or a list of object
     URLs and globs. A prefix is read as a local folder is: a ``save_to_disk`` dataset's
@@ -140,15 +145,34 @@ def resolve_urls(
         if not listed:
             raise FormatError(f"{path}: no objects match{ESCAPE_HINT}")
         return base, listed, None
-    if path.endswith((".parquet", *IPC_SUFFIXES)):
-        return split_object_url(path)[0], [(path, files.info(path))], None
+    absent: ObjectNotFoundError | None = None
+    # (.pq, .parq, .PARQUET: Parquet, as a local file of that name is read; until
+    # 2026-12-07 refused, "copy it to a name with its format's suffix")
+    if path.endswith(IPC_SUFFIXES) or path.lower().endswith(_PARQUET_SUFFIXES):
+        try:
+            return split_object_url(path)[0], [(path, files.info(path))], None
+        except ObjectNotFoundError as exc:
+            if http:
+                raise
+            # Maybe a prefix of that name, read as a local folder of that name is: Spark's
+            # and Dask's out.parquet/ of part files (until 2026-12-07 "no such object").
+            absent = exc
     root = path.rstrip("/")
     # Like a local directory: the objects right under the prefix, not deeper "folders"
     # (a dataset's other splits often live there).
     entries = [(u[len(root) + 1 :], u, i) for u, i in files.listing(root)]
+    if not entries and absent is not None:  # neither an object nor a prefix
+        raise absent
     if not entries:  # said "empty dataset: no .arrow or .parquet files" until 2026-12-03
         close = files.closest_beside(root)
         if close == root:  # an object of that very name: its suggestion was itself
+            try:
+                files.info(root)
+            except ObjectNotFoundError:  # ... or a marker 'new/', which obstore lists as 'new'
+                raise FormatError(
+                    f"{root}: an empty folder: nothing is stored under it but its folder "
+                    f"marker ({root}/)"
+                ) from None
             raise FormatError(
                 f"{root}: an object, not a prefix, and a table object's name ends in "
                 f".parquet or {', '.join(IPC_SUFFIXES)}: copy it to a name with its "
@@ -361,6 +385,8 @@ class RemoteParquet(RemotePart):
         # columns took the column's own leaves for the struct's: none was fetched, and
         # pyarrow read them all by a GET each (misses).
         self._leaves: dict[str, list[int]] = {}
+        # The row groups whose column chunk metadata pyarrow has read (_check_chunks).
+        self._checked = np.zeros(len(self.rows), bool)
         for j, names in enumerate(pf.reader.column_paths):
             for k in range(1, len(names) + 1):
                 self._leaves.setdefault(".".join(names[:k]), []).append(j)
@@ -404,10 +430,12 @@ class RemoteParquet(RemotePart):
 
     def _chunks(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """``[start, end)`` of each column chunk of ``names`` in ``group``."""
+        # (A leaf once: a struct and a column named after one of its fields share some.)
+        leaves = sorted({j for name in names for j in self._leaves.get(name, ())})
+        self._check_chunks(group)
         rg = self._md.row_group(group)
         chunks = []
-        # (A leaf once: a struct and a column named after one of its fields share some.)
-        for j in sorted({j for name in names for j in self._leaves.get(name, ())}):
+        for j in leaves:
             c = rg.column(j)
             start = c.data_page_offset
             if c.has_dictionary_page and 0 < c.dictionary_page_offset < start:
@@ -424,6 +452,30 @@ class RemoteParquet(RemotePart):
                 )
             chunks.append((start, min(self.size, start + size)))
         return chunks
+
+    def _check_chunks(self, group: int) -> None:
+        """Refuse row group ``group``'s column chunk metadata where pyarrow cannot read
+        it, as its reader says (a size statistics histogram of the wrong length:
+        "Definition level histogram size mismatch"), before ``rg.column(j)`` meets it:
+        that aborted the process (pyarrow 26: "terminate called after throwing an
+        instance of 'parquet::ParquetException'"). The reader reads every column's
+        metadata, then the first byte of the data, where this stops it: once a group."""
+        import pyarrow.parquet as pq
+
+        if self._checked[group]:
+            return
+
+        every = list(range(self._md.num_columns))
+        try:
+            pf = pq.ParquetFile(_Spans(self.path, self.size, [], _stop), metadata=self._md)
+            pf.reader.read_row_group(group, column_indices=every, use_threads=False)
+        except _Sound:
+            pass
+        except (self._pa.ArrowException, OSError) as exc:
+            raise FormatError(
+                f"{self.path}: row group {group}: corrupt Parquet footer ({exc}): {RECOPY}"
+            ) from exc
+        self._checked[group] = True
 
     def _ranges(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """Merged ``(offset, length)`` of the column chunks of ``names`` in ``group``."""
@@ -467,7 +519,7 @@ class RemoteParquet(RemotePart):
             raise FormatError(
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             ) from exc
-        return table.combine_chunks().to_batches()[0] if table.num_rows else table
+        return one_batch(self._pa, table) if table.num_rows else table
 
     def piece(
         self, i: int, first: int, n: int, names: list[str], fetched: Fetched | None = None
@@ -519,6 +571,7 @@ class RemoteParquet(RemotePart):
         super().close()
 
     def stored_bytes(self, i: int) -> int:
+        self._check_chunks(i)
         return stored_bytes(self._md, i)
 
     @property
@@ -544,6 +597,15 @@ def _close(stream: GroupStream | None, ahead: ChunkStream | None) -> None:
 def opener(files: ObjectFiles, url: str, info: ObjectInfo) -> Callable[[], RemoteFile]:
     """A new handle of the object ``url`` as listed, on ``files`` (reopened if closed)."""
     return lambda: files.open(url, info.size, info.etag)
+
+
+class _Sound(Exception):
+    """A check of a row group's metadata reached its data (RemoteParquet._check_chunks)."""
+
+
+def _stop(_offset: int, _length: int) -> NDArray[np.uint8]:
+    """The first read of a check of a row group's metadata: pyarrow read the metadata."""
+    raise _Sound
 
 
 class _Spans(ReadOnlyFile):
