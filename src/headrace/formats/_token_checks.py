@@ -152,10 +152,14 @@ def _refuse_members_twice(f: TokenFile, seen: dict[object, str]) -> None:
 
 
 def check_positions(
-    positions: str | None, eos_id: int | None, dtype: np.dtype[Any], files: list[TokenFile]
+    positions: str | None,
+    eos_id: int | None,
+    dtype: np.dtype[Any],
+    files: list[TokenFile],
+    vocab: int | None = None,
 ) -> None:
-    """``positions="eos"`` needs an ``eos_id`` of ``dtype``; ``"documents"``, every file's
-    document bounds."""
+    """``positions="eos"`` needs an ``eos_id`` of ``dtype`` (and of the vocabulary, given
+    ``vocab``); ``"documents"``, every file's document bounds."""
     if positions == "eos":
         assert eos_id is not None
         info = np.iinfo(dtype)
@@ -164,6 +168,14 @@ def check_positions(
         ):
             raise ConfigError(
                 f"eos_id {eos_id!r} is not a {dtype} token (range [{info.min}, {info.max}])."
+            )
+        if vocab is not None and not 0 <= eos_id < vocab:
+            # Every id delivered is checked to lie inside: this one would never match.
+            raise ConfigError(
+                f"eos_id={int(eos_id)} is outside the vocabulary [0, {vocab}) "
+                f"(vocab_size={vocab}): no token delivered can be it, so no document would "
+                "ever end and each row's positions would run on as one document. Give the "
+                "tokenizer's end-of-text id (or the vocab_size the tokens were made with)."
             )
     if positions == "documents":
         plain = [f.path for f in files if not f.has_documents]

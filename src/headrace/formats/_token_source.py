@@ -238,7 +238,7 @@ class TokenSource(WindowCache):
             raise
         self.positions = positions
         self.eos_id = eos_id
-        check_positions(positions, eos_id, self.dtype, self.files)
+        check_positions(positions, eos_id, self.dtype, self.files, vocab=vocab_size)
         self._bounds: dict[int, NDArray[np.int64] | MappedStarts] = {}  # file -> document starts
         self.context = context
         self.block_bytes = block_bytes

@@ -1,5 +1,5 @@
 """Files that are plainly not tokens: text (JSON Lines, CSV, plain text), Parquet, Arrow,
-a Megatron-LM index.
+a Megatron-LM index, a compressed file (gzip, Zstandard, bzip2, xz).
 
 A raw token file has no header, so any bytes read as tokens once a dtype is given:
 ``TokenSource("docs.jsonl", context=1024, dtype="uint16")`` trained on the JSON's
@@ -8,13 +8,17 @@ bytes, with what to do instead.
 
 A file is refused by its name and its bytes both, so that no token file is: a text
 suffix (``.jsonl``, ``.json``, ``.txt``, ``.csv``, ``.tsv``, ``.md``) and a start of
-64 bytes that all decode as printable UTF-8 text; a Parquet or Arrow suffix and that
-format's magic bytes; an ``.idx`` suffix and Megatron's index magic. The bytes alone
+64 bytes that all decode as printable text (UTF-8, or UTF-16 after its byte-order
+mark); a Parquet or Arrow suffix and that format's magic bytes; an ``.idx`` suffix and
+Megatron's index magic; a compressed file's suffix (``.gz``, ``.zst``, ``.bz2``,
+``.xz``) and its format's magic. The bytes alone
 would not do: uint16 ids in a run such as 20,000, 20,001, ... are all printable byte
 pairs (``' N!N"N#N'``), and a test's token file is just that.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 from headrace.errors import FormatError
 from headrace.formats._megatron import MEGATRON_MAGIC
@@ -29,19 +33,32 @@ _TABLES = {
     (b"ARROW1", (".arrow", ".feather", ".ipc")): "an Arrow IPC file",
 }
 
+_COMPRESSED = {
+    (b"\x1f\x8b", (".gz", ".gzip")): "a gzip",
+    (b"(\xb5/\xfd", (".zst", ".zstd")): "a Zstandard",
+    (b"BZh", (".bz2",)): "a bzip2",
+    (b"\xfd7zXZ\x00", (".xz",)): "an xz",
+}
+
 _TEXT_SUFFIXES = (".jsonl", ".json", ".txt", ".csv", ".tsv", ".md")
 
 _FIX = "docs/start.md, 'Which layout for which data'"
 
 
 def _text(head: bytes) -> str | None:
-    """``head`` as text, if every character of it is printable or whitespace."""
+    """``head`` as text, if every character of it is printable, whitespace or an invisible
+    format character (a byte-order mark, a zero-width joiner, a right-to-left mark).
+    UTF-8, or UTF-16 after its byte-order mark (Windows PowerShell's ``>`` writes it)."""
+    codec = "utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8"
     for cut in range(4):  # a character cut at the end of the head
         try:
-            text = head[: len(head) - cut].decode("utf-8")
+            text = head[: len(head) - cut].decode(codec)
         except UnicodeDecodeError:
             continue
-        return text if all(c.isprintable() or c in "\t\n\r" for c in text) else None
+        shown = all(
+            c.isprintable() or c in "\t\n\r" or unicodedata.category(c) == "Cf" for c in text
+        )
+        return text.removeprefix("\ufeff") if shown else None
     return None
 
 
@@ -63,6 +80,14 @@ def refuse_non_tokens(path: str, head: memoryview | bytes) -> None:
                 f"TokenSource(table_token_files({path!r}, 'input_ids'), context=...) "
                 "(packed) or TableSource(...) (one row a sample); its text needs tokenizing "
                 f"first ({_FIX})"
+            )
+    for (magic, suffixes), what in _COMPRESSED.items():
+        if start.startswith(magic) and name.endswith(suffixes):
+            # Read as tokens, its compressed bytes were ids, silently.
+            raise FormatError(
+                f"{path}: {what}-compressed file, not raw tokens: decompress it first "
+                "(tokens are read in place, by byte offsets, which a compressed stream has "
+                "none of), and pass the file it gives"
             )
     if len(start) < TEXT_HEAD or not name.endswith(_TEXT_SUFFIXES):
         return
