@@ -30,6 +30,7 @@ __all__ = [
     "check_transform",
     "checked_rows",
     "on_samples",
+    "stopped",
     "transform_name",
 ]
 
@@ -92,6 +93,8 @@ def apply_transform(
     read-ahead adds no step."""
     try:
         out = transform(arrays, Samples(seed, numbers))
+    except StopIteration as exc:
+        raise stopped(f"transform {transform_name(transform)}", seed, numbers) from exc
     except Exception as exc:
         exc.add_note(f"in transform {transform_name(transform)}, {on_samples(seed, numbers)}")
         raise
@@ -124,6 +127,17 @@ def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDA
     return checked
 
 
+def stopped(who: str, seed: int, numbers: NDArray[np.int64]) -> RuntimeError:
+    """The error for a StopIteration out of ``who`` (a transform, a ``Mapped`` fn): out of
+    the loader's generator it was Python's bare "generator raised StopIteration", naming
+    neither ``who`` nor its samples (the loader's step note is added to it)."""
+    return RuntimeError(
+        f"{who} raised StopIteration {on_samples(seed, numbers)} (a next() on an exhausted "
+        "iterator?); it cannot end the loader's iteration: return the rows, or raise "
+        "another error"
+    )
+
+
 def on_samples(seed: int, numbers: NDArray[np.int64]) -> str:
     """``"on 8 sample(s) of seed 5: 32, 33, 34, 35, 36, ..."``: which rows a transform
     had, to read them again (``source.read(seed, numbers)``); a loader may have passed
@@ -141,6 +155,13 @@ def check_transform(who: str, fn: object) -> None:
     only at the first batch, in the read-ahead thread, with Python's own TypeError."""
     if not callable(fn):
         raise ConfigError(f"{who} must be callable (got {type(fn).__name__}).")
+    if isinstance(fn, type) and not issubclass(fn, Mapping):
+        # transform=CenterCrop binds as (size, resize): taken, it failed at the first
+        # batch with "size must be (height, width) (got {'image': array(...".
+        raise ConfigError(
+            f"{who} is the class {fn.__name__}, not a transform made from it; give one "
+            f"made with its settings ({fn.__name__}(...))."
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without one: called as it is
