@@ -70,7 +70,9 @@ def make_padded_dataset(
                 return tok_path, mask_path
     rng = np.random.default_rng(seed)
     tok = rng.integers(1, 50_000, (rows, width), dtype=np.uint16)
-    lengths = rng.integers(width // 8, width + 1, rows)
+    # Two tokens at least, so each row has a loss target (one token or none had not,
+    # under a width of 16: the variants refused the bench's own rows as empty).
+    lengths = rng.integers(max(width // 8, 2), width + 1, rows)
     prompt = rng.integers(1, np.maximum(lengths // 2, 2))
     cols = np.arange(width)[None, :]
     tok[cols >= lengths[:, None]] = 0

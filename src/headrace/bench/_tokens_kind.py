@@ -18,6 +18,7 @@ local file only (``LOCAL_ONLY``): the CLI leaves them out of such a run.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -40,10 +41,11 @@ from headrace.bench._kind import (
 )
 from headrace.bench._storage import Storage
 from headrace.bench._workload import refuse
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.formats import (
     TOKEN_DTYPES,
     TokenSource,
+    read_megatron_index,
     write_megatron_index,
     write_token_sidecar,
 )
@@ -213,8 +215,16 @@ class TokenKind(TokenPayload):
             progress=progress,
         )
         # So that TokenSource(path) opens it as it is, no dtype= needed (a uint32 file
-        # without one is refused, asking for it), and a copy cut short is refused.
-        if not os.path.exists(self.path + ".json"):
+        # without one is refused, asking for it), and a copy cut short is refused. The
+        # name gives the size to 6 digits: one rewritten with more tokens kept the
+        # sidecar of the first, which refused it.
+        meta = {"dtype": self.dtype.name, "tokens": self.num_tokens}
+        try:
+            with open(self.path + ".json") as f:
+                current = json.load(f) == meta
+        except (OSError, ValueError):
+            current = False
+        if not current:
             try:
                 write_token_sidecar(self.path, self.dtype, tokens=self.num_tokens)
             except OSError:  # a read-only root (a dataset written before sidecars): the
@@ -400,6 +410,8 @@ def _memcpy(k: TokenKind, spec: VariantSpec, steps: int) -> Stream:
     # Rotate within one window's worth of the file, faulted in up front, so the
     # figure is a copy from warm memory, not page faults.
     region = data[: max(n, min(data.size, k.window_bytes // k.dtype.itemsize))]
+    if region.size < n:  # a batch larger than the file: its tokens repeated, in memory
+        region = np.resize(np.asarray(data), n)
     int(region[:: PAGE // k.dtype.itemsize].sum())
     span = region.size - n + 1
     read = [0]
@@ -436,12 +448,25 @@ class MegatronKind(TokenKind):
             progress=progress,
         )
         idx = self.path[:-4] + ".idx"
-        if wrote or not os.path.exists(idx):
-            doc = self.document_tokens
-            lengths = np.full(self.num_tokens // doc, doc, dtype=np.int32)
-            if self.num_tokens % doc:
-                lengths = np.append(lengths, self.num_tokens % doc).astype(np.int32)
-            write_megatron_index(idx, self.dtype, lengths)
+        if wrote or not self._index_current():
+            write_megatron_index(idx, self.dtype, self._lengths())
+
+    def _lengths(self) -> NDArray[np.int32]:
+        """The documents' lengths: ``document_tokens`` each, the last the rest."""
+        doc = self.document_tokens
+        lengths = np.full(self.num_tokens // doc, doc, dtype=np.int32)
+        if self.num_tokens % doc:
+            lengths = np.append(lengths, self.num_tokens % doc).astype(np.int32)
+        return lengths
+
+    def _index_current(self) -> bool:
+        """The ``.idx`` there holds this workload's documents. Its name says the tokens
+        only: one written with another ``document_tokens`` was kept (and measured)."""
+        try:
+            index = read_megatron_index(self.path[:-4] + ".idx", os.path.getsize(self.path))
+        except (OSError, DataError):
+            return False
+        return index.dtype == self.dtype and np.array_equal(index.sequence_lengths, self._lengths())
 
     def files(self) -> list[str]:
         return [self.path, self.path[:-4] + ".idx"]
@@ -451,7 +476,7 @@ class MegatronKind(TokenKind):
 
     def bytes_to_write(self) -> int:
         tokens = super().bytes_to_write()
-        if not tokens and os.path.exists(self.path[:-4] + ".idx"):
+        if not tokens and self._index_current():
             return 0
         docs = -(-self.num_tokens // self.document_tokens)
         # header (magic, version, dtype, counts), then lengths, pointers and document indices
