@@ -40,5 +40,8 @@ def step_by_step(
             good.append(([t], read([t])))  # noqa: PERF401 (a read may raise: keep those before)
     except Exception as found:
         yield from good
-        raise found from None  # the chunk's error, in context, would be told twice
+        # The chunk's error, its context, would be told twice; its own cause is kept
+        # ("from None" dropped it: a decode's OSError under a FormatError, until 2026-12-07).
+        found.__suppress_context__ = True
+        raise found
     raise exc

@@ -26,6 +26,7 @@ from headrace.pipeline._transform import (
     check_transform,
     checked_rows,
     on_samples,
+    stopped,
     transform_name,
 )
 from headrace.pipeline._wrapped import Wrapped, layers
@@ -115,6 +116,8 @@ class Mapped(Wrapped):
             return {}
         try:
             out = self.fn(arrays, Samples(seed, samples, self._stream))
+        except StopIteration as exc:  # out of the loader's generator: a bare RuntimeError
+            raise stopped(f"{self!r}: fn", seed, samples) from exc
         except Exception as exc:
             exc.add_note(f"in {self!r}: fn, {on_samples(seed, samples)}")
             if samples.size == 0:
