@@ -169,6 +169,14 @@ def check_positions(
             raise ConfigError(
                 f"eos_id {eos_id!r} is not a {dtype} token (range [{info.min}, {info.max}])."
             )
+        if eos_id < 0:
+            # An int32 dtype holds it, and without vocab_size nothing else refused it.
+            raise ConfigError(
+                f"eos_id={int(eos_id)} is negative: no tokenizer's end-of-text id is (-1 "
+                "and -100 are a config's 'none' and the loss's ignore index), so no document "
+                "would ever end and each row's positions would run on as one document. Give "
+                "the tokenizer's eos_token_id."
+            )
         if vocab is not None and not 0 <= eos_id < vocab:
             # Every id delivered is checked to lie inside: this one would never match.
             raise ConfigError(

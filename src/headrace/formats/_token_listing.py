@@ -11,7 +11,8 @@ and only sidecars that exist are read. The NPY check moves to the shard's first
 read, which gives out no bytes before the first ones pass it (one GET of them
 alongside, at first use: :meth:`~headrace.formats._object_files.RemoteFile.read_into`).
 
-The rule for when not to list: a single shard (one GET, as before); a listing
+The rule for when not to list: a single shard (one GET, as before); a URL whose path
+has a ``.``, ``..`` or empty part (a listing spells its key otherwise); a listing
 that fails (403: a policy may grant GET but not LIST; 405: plain HTTP servers
 list nothing; any other storage error) and a directory far larger
 than what was asked for. The listing stops, and the shards are opened one by
@@ -56,6 +57,8 @@ class ListedFiles:
         self._roots = roots  # listed directory -> {url: info} of every object under it
 
     def _listed(self, path: str) -> tuple[str, dict[str, ObjectInfo]] | None:
+        if not _listable(path):
+            return None
         for root, infos in self._roots.items():
             if path.startswith(root + "/"):
                 return root, infos
@@ -97,6 +100,14 @@ class ListedFiles:
         return index
 
 
+def _listable(url: str) -> bool:
+    """Whether ``url`` names its object as a listing spells it: no empty, ``.`` or ``..``
+    part. A file:// URL resolves them (``d/./a.bin`` opens ``d/a.bin``), but its listing
+    says ``d/a.bin``: looked up there, an object that opens alone was "no such object"."""
+    key = url.partition("://")[2].partition("/")[2]
+    return not any(part in ("", ".", "..") for part in key.split("/"))
+
+
 def _gone(path: str, root: str) -> ObjectNotFoundError:
     return ObjectNotFoundError(
         errno.ENOENT,
@@ -110,7 +121,7 @@ def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:
     least ``LIST_MIN_SHARDS``) from one listing of their common directory (see the module
     doc for when it is not listed)."""
     buckets: dict[str, list[str]] = {}
-    for url in urls:
+    for url in filter(_listable, urls):  # others open one by one
         scheme, _, rest = url.partition("://")
         buckets.setdefault(f"{scheme}://{rest.split('/', 1)[0]}", []).append(url)
     roots: dict[str, dict[str, ObjectInfo]] = {}

@@ -18,8 +18,10 @@ A name holding ``*?[`` that exists is that name, part by part from the left
 
 Matches are checked as FileSource and TableSource check theirs: a dangling symbolic
 link is refused naming its target, a FIFO, socket or device by name (opening a FIFO
-waits for a writer for ever). A folder or pattern that matches no shard is refused,
-naming it (and, for a folder, what it holds instead).
+waits for a writer for ever), and a ``**`` pattern through a symbolic link to a folder
+above it by the link (``glob`` follows it until the path is too deep, matching each shard
+under it over and over). A folder or pattern that matches no shard is refused, naming it
+(and, for a folder, what it holds instead).
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ from typing import TypeVar
 
 from headrace.errors import ConfigError, ObjectNotFoundError
 from headrace.formats._file_list import is_object_url
-from headrace.formats._file_walk import refuse_empty, regular_stats, suffixes
+from headrace.formats._file_walk import (
+    refuse_empty,
+    refuse_glob_cycles,
+    regular_stats,
+    suffixes,
+)
 from headrace.formats._object_files import ObjectFiles, refuse_bucketless
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -44,6 +51,7 @@ from headrace.formats._url_glob import (
     literal_parts,
 )
 from headrace.io import _in_flight as in_flight
+from headrace.io._file import url_typo
 
 __all__ = ["SIDECARS", "expand_token_paths"]
 
@@ -131,6 +139,8 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
     escaped = pattern if folder is not None else literal_parts(pattern, os.path.lexists, os.sep)[0]
     with in_flight.Waiting("list", escaped):
         matches = sorted(f for f in glob.glob(escaped, recursive=True) if not f.endswith(SIDECARS))
+    if "**" in escaped:  # through a link to a folder above it: each shard many times
+        refuse_glob_cycles(pattern, matches)
     # A folder named like a shard is not one; a FIFO or dangling link is, and is refused
     # by name. Stat-ed many at a time once slow (a network mount's round trip each).
     found = [f for f, _ in regular_stats(matches, set(matches))]
@@ -145,6 +155,12 @@ def _local_matches(pattern: str, folder: str | None = None) -> list[str]:
                 + f"; a folder stands for its .bin files: pass a glob pattern such as "
                 f"{os.path.join(folder, '**', '*.bin')!r} for shards in subfolders or of "
                 "another name, or a list of the token files"
+            )
+        meant = url_typo(pattern)  # s3:/b/*.bin: an object URL as pathlib.Path writes it
+        if meant is not None and "://" not in pattern:
+            raise ObjectNotFoundError(
+                f"{pattern}: no token files match this glob pattern, read as a local path: "
+                f"did you mean {meant!r}? (pathlib.Path makes '://' ':/': pass URLs as str)"
             )
         raise ObjectNotFoundError(
             f"{pattern}: no token files match this glob pattern (.json sidecars and .idx "

@@ -216,6 +216,14 @@ class TokenSource(WindowCache):
         elif tail is None:  # None: not given (a stride implies it; else False)
             tail = False
         _check_tail(tail, pad_id, shuffle, vocab_size)
+        window_bytes, block_bytes, max_windows = (
+            _check_int("window_bytes", window_bytes),
+            _check_int("block_bytes", block_bytes),
+            _check_int("max_windows", max_windows),
+        )
+        if not isinstance(read_ahead, bool | np.bool_):  # "no" is a true string
+            raise ConfigError(f"read_ahead must be True or False (got {read_ahead!r}).")
+        read_ahead = bool(read_ahead)
         if block_bytes < 4096 or block_bytes % 4096:
             raise ConfigError(f"block_bytes must be a multiple of 4096 (got {block_bytes}).")
         if max_windows < 1:
@@ -589,6 +597,17 @@ def _check_stride(stride: object, context: int, shuffle: bool) -> None:
             f"stride={stride} slides a window over each file in order, counting every "
             "target once, for an evaluation pass; it needs shuffle=False (got shuffle=True)."
         )
+
+
+def _check_int(name: str, value: object) -> int:
+    """``value`` as an int: a Python or NumPy integer; a float (``256e6``) or a bool was an
+    ``IndexError`` from deep in the plan, or a ``TypeError`` at the first read."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise ConfigError(
+            f"{name} must be an integer (got {value!r}, a {type(value).__name__}); "
+            "give a whole number, e.g. 256 * 2**20 or int(256e6)."
+        )
+    return int(value)
 
 
 def _fits(value: int, dtype: np.dtype[Any]) -> bool:
