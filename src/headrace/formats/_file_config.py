@@ -101,7 +101,10 @@ class FileSourceConfig:
     ``"replace"``: its ``a``-th replacement is sample ``hash(seed, sample, a)``
     of the dataset, up to ``max_retries`` tries, the same whatever the mode,
     the read order, the host count or the worker; more than ``max_corrupt``
-    (a fraction of the files, at least one file) corrupt files raise.
+    (a fraction of the files, at least one file) corrupt files raise. A file of
+    other keys than the rest (NPZ members, tar fields, TFRecord features, without
+    ``datasets=``) is corrupt there: every file is held to the first in listing
+    order that decodes (under ``"raise"``, to the first decoded).
     ``image_mode`` (JPEG, PNG, WebP): ``"L"``, ``"LA"``, ``"RGB"`` or ``"RGBA"`` converts
     every image as Pillow's ``Image.open(f).convert(image_mode)`` does (what
     torchvision's default loader does with ``"RGB"``), so a set mixing grey, RGB and

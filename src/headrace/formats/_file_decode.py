@@ -67,6 +67,8 @@ class FileDecoder:
     threads: int
     #: Tar shards' indexes, kept across reads (None: not tar).
     tar_indexes: TarIndexes | None = None
+    #: File ``f``'s whole bytes, read apart from the window (see :meth:`_first_keys`).
+    fetch: Callable[[int], Any] | None = None
     _pool: DaemonPool | None = field(default=None, init=False)
     _kept: int | None = field(default=None, init=False)
     # The keys of the first file decoded (name, keys): every file must hold the same.
@@ -87,6 +89,55 @@ class FileDecoder:
     ) -> Sample:
         """File ``f``'s arrays (``into``: the batch's image slots; ``rows``: the samples
         to decode, all where ``None``)."""
+        sample = self._decoded(f, data, into, rows)
+        keys = sorted(sample)
+        with self._keys_lock:  # decode threads: only one may be the first
+            if self._keys is None:
+                self._keys = self._first_keys(f, keys)
+            first = self._keys
+        if keys != first[1]:
+            # Caught here, not where a batch is stacked: there it named no file, and a
+            # batch of this file alone went through with other keys than the rest.
+            raise FormatError(
+                f"{self.name(f)}: holds {keys}, but {first[0]} holds {first[1]}; every "
+                "file of a dataset must hold the same keys"
+            )
+        return sample
+
+    def _first_keys(self, f: int, keys: list[str]) -> tuple[str, list[str]]:
+        """The file whose keys every file must hold, and its keys: the first file decoded
+        (``f``, holding ``keys``); under ``on_corrupt="replace"``, where files may hold
+        other keys (NPZ members, tar fields or TFRecord features without ``datasets=``),
+        the first file in listing order that decodes, whichever a process decodes first.
+        The first decoded judged the rest: a worker whose first read was the one NPZ of
+        an extra member replaced the samples of every other file."""
+        c = self.config
+        if (
+            c.on_corrupt == "raise"
+            or c.datasets is not None
+            or self.fetch is None
+            or self.format.name not in ("npz", "tar", "tfrecord", "array_record")
+        ):
+            return self.name(f), keys
+        for g in range(self.plan.num_files):
+            if g == f:
+                break
+            if self.plan.count(g) == 0:
+                continue
+            try:
+                return self.name(g), sorted(self._decoded(g, self.fetch(g)))
+            except DataError:
+                continue  # corrupt itself: the next one says
+        return self.name(f), keys
+
+    def _decoded(
+        self,
+        f: int,
+        data: Any,
+        into: Into | None = None,
+        rows: NDArray[np.int64] | None = None,
+    ) -> Sample:
+        """File ``f``'s arrays, as :meth:`decode` gives them, before its keys are checked."""
         c = self.config
         name = self.name(f)
         out = None
@@ -130,18 +181,6 @@ class FileDecoder:
                 f"{name}: holds an array named 'index', which would hide the batch's "
                 "'index' (each sample's number in dataset order); leave it out with "
                 "datasets=(...)"
-            )
-        keys = sorted(sample)
-        with self._keys_lock:  # decode threads: only one may be the first
-            if self._keys is None:
-                self._keys = (name, keys)
-            first = self._keys
-        if keys != first[1]:
-            # Caught here, not where a batch is stacked: there it named no file, and a
-            # batch of this file alone went through with other keys than the rest.
-            raise FormatError(
-                f"{name}: holds {keys}, but {first[0]} holds {first[1]}; every "
-                "file of a dataset must hold the same keys"
             )
         return sample
 

@@ -8,7 +8,9 @@ dropping the last partial batch. Unlike the seed's version, the file order is
 a function of ``(seed, epoch)`` passed to :meth:`IterableFiles.epoch`, so a
 persistent worker can never keep epoch 1's order. The order differs from the
 global plan by design (each worker walks its own shard); compare it with
-headrace on an order-independent digest (sorted per-sample digests).
+headrace on an order-independent digest (sorted per-sample digests). Under
+``on_corrupt="replace"`` a file that does not decode is skipped (not replaced),
+and counted against ``max_corrupt``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, DataError
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_source import FileSource
 from headrace.formats._file_window import FetchWindow, WindowStats
@@ -73,14 +75,24 @@ class IterableFiles(Closing):
         try:
             for f in shard:
                 try:
-                    arrays = self.source.decoder.decode(f, self.window.take(f))
-                    # An HDF5 file read by ranges is fetched as decoding reads it.
-                    self.window.recount(f)
-                finally:
-                    self.window.release(f)
+                    try:
+                        arrays = self.source.decoder.decode(f, self.window.take(f))
+                        # An HDF5 file read by ranges is fetched as decoding reads it.
+                        self.window.recount(f)
+                    finally:
+                        self.window.release(f)
+                    items = plan.items(seed, epoch, f).tolist()
+                    picked = [self.source.decoder.pick(arrays, f, i) for i in items]
+                except DataError as exc:
+                    if self.source.config.on_corrupt == "raise":
+                        raise
+                    # Skipped, not replaced (each worker reads its own shard); counted
+                    # against max_corrupt (it raised under either on_corrupt before).
+                    self.source._note_corrupt(f, exc)
+                    continue
                 start = plan.start(f)
-                for i in plan.items(seed, epoch, f).tolist():
-                    samples.append(self.source.decoder.pick(arrays, f, i))
+                for i, sample in zip(items, picked, strict=True):
+                    samples.append(sample)
                     index.append(start + i)
                     of.append(f)
                     if len(samples) == self.batch_size:

@@ -202,6 +202,14 @@ class FileSource(Closing):
             # one of 1 is row 0 too (and a shard not holding N is refused by name).
             counts = np.full(len(self.files), spf, dtype=np.int64)
         self.counted = counts is not None
+        if counts is not None and len(counts) and not np.any(counts):
+            self.files.close()
+            said = "their headers say" if spf == "header" else "samples_per_file says"
+            raise ConfigError(
+                f"{self.files.url or 'the list of files'}: its {len(self.files):,} "
+                f"{self.format.name} file(s) hold no sample (every count is 0, as {said}): "
+                "empty files, or not the files meant?"
+            )
         self.plan = FilePlan(
             num_files=len(self.files),
             samples_per_file=spf if isinstance(spf, int) else 1,
@@ -263,6 +271,7 @@ class FileSource(Closing):
             rows=self._rows,
             threads=self.decode_threads,
             tar_indexes=self._indexes,
+            fetch=lambda f: self.files.fetch(f),  # (through the source: see reopen)
         )
         self._prefetched: set[int] = set()
         self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
@@ -778,12 +787,13 @@ class FileSource(Closing):
             if not todo:
                 return
         k = todo[0]
+        name = self.files.name(int(self.plan.file_item(index[k])[0]))
         raise DataError(
-            f"{self.files.url}: sample {int(samples[k])} "
-            f"({self.files.name(int(self.plan.file_item(index[k])[0]))}"
-            f" is corrupt) found no readable replacement in max_retries="
+            f"{self.files.url or 'the files'}: sample {int(samples[k])} ({name} is corrupt) "
+            "found no readable replacement in max_retries="
             f"{self.config.max_retries} tries (tried {', '.join(tried[k])})"
             + (f"; {len(todo) - 1} more samples of this batch too" if len(todo) > 1 else "")
+            + f"; it did not decode: {self.corrupt_files[name]}"
         )
 
     def _note_corrupt(self, f: int, err: DataError) -> None:
