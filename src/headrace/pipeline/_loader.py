@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace._warn import warn_user
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, StateError
 from headrace.io import ReadInFlight, reads_in_flight
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._host_order import by_address, check_host_order
@@ -80,6 +80,41 @@ _STOP_TIMEOUT_S = 1.0
 # is slow, not stalled: close() leaves it to finish without a warning. (Seen: a read of
 # 800 samples, 1.2 s in on a loaded 2-core machine, called "stalled storage?")
 _STRIDE = 4.0
+
+
+class _Batches(Iterator[Batch]):
+    """An iteration of ``loader``: its batches (``batches``), and after an error that ended
+    it (Ctrl-C, a read that failed) a :class:`StateError` at each ``next()``. A generator
+    ends quietly then: a loop that caught the error and went on (a notebook's Ctrl-C, a
+    retry on storage errors) ended as if the run's data were done."""
+
+    __slots__ = ("_batches", "_ended", "_loader")
+
+    def __init__(self, loader: Loader, batches: Iterator[Batch]) -> None:
+        self._loader = loader
+        self._batches = batches
+        self._ended: str | None = None  # the error that ended it, and at which step
+
+    def __next__(self) -> Batch:
+        if self._ended is not None:
+            if self._loader.status is LoaderStatus.CLOSED:
+                raise stale_error(closed=True)
+            raise StateError(
+                f"this iterator ended at {self._ended} and yields nothing more; a new "
+                "iteration, iter(loader), goes on from the loader's step "
+                f"({self._loader.step})"
+            )
+        try:
+            return next(self._batches)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self._ended = f"step {self._loader.step} with {type(exc).__name__}"
+            raise
+
+    def close(self) -> None:
+        """Stop the iteration now (its read-ahead thread too), as a generator's close() does."""
+        self._batches.close()  # type: ignore[attr-defined]
 
 
 class Loader(Closing):
@@ -260,7 +295,7 @@ class Loader(Closing):
     # -- planning ------------------------------------------------------------------
     def _own_steps(self, start: int) -> Iterator[int]:
         # self.steps is read at each step, not once: lowered while iterating, it ends
-        # the chunks not planned yet.
+        # the chunks not planned yet (and the planned ones at it, :meth:`_ended_at`).
         k, w = self.step_stride, self.step_offset
         t = start + (w - start) % k
         while self.steps is None or t < self.steps:
@@ -273,7 +308,9 @@ class Loader(Closing):
     def _host_samples(self, steps: list[int]) -> NDArray[np.int64]:
         """This host's sample numbers of ``steps``, step after step, in plan or address
         order (:mod:`._host_order`)."""
-        t = np.asarray(steps, dtype=np.int64)
+        # Not cast to int64: step_samples names a step past int64 (batch_at(2**64) was
+        # NumPy's bare OverflowError) or a float (batch_at(1.5) read step 1).
+        t = np.asarray(steps)
         if self.host_order == "plan":
             return step_samples(t, self.batch_size, self._lo, self._hi, self.origin)
         with self._read_lock:  # the source's plan cache is not thread-safe
@@ -378,10 +415,10 @@ class Loader(Closing):
             self._read_lock = source_lock(self.source)
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.status is LoaderStatus.CLOSED:
-            raise ConfigError("this loader is closed; make a new one to iterate again.")
+        self._refuse_closed()
         self._own_process()
         self._stop_producer()
+        self._refuse_closed()  # by another thread while the stop waited for a read
         self._pass_over()
         again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
         if again and self.step_stride == 1 and self.steps is not None and not len(self):
@@ -390,8 +427,15 @@ class Loader(Closing):
         self.status = LoaderStatus.RUNNING
         start = self.step
         if self.prefetch == 0:
-            return self._iter_sync(start, self._generation)
-        return self._iter_async(start, self._generation)
+            return _Batches(self, self._iter_sync(start, self._generation))
+        return _Batches(self, self._iter_async(start, self._generation))
+
+    def _refuse_closed(self) -> None:
+        """Refuse to iterate a closed loader: it would reopen the source's files. Asked
+        again once the old read-ahead has stopped: a close() from another thread during
+        that wait was undone (the loader set running again, reading the closed source)."""
+        if self.status is LoaderStatus.CLOSED:
+            raise ConfigError("this loader is closed; make a new one to iterate again.")
 
     def _pass_over(self) -> None:
         """An exact pass that is over starts again at step 0 (:func:`starts_at`)."""
@@ -412,10 +456,10 @@ class Loader(Closing):
         one copy and one message per chunk. ``step`` advances past each chunk
         as it is handed out.
         """
-        if self.status is LoaderStatus.CLOSED:
-            raise ConfigError("this loader is closed; make a new one to iterate again.")
+        self._refuse_closed()
         self._own_process()
         self._stop_producer()
+        self._refuse_closed()  # by another thread while the stop waited for a read
         self._pass_over()
         self._generation += 1
         generation = self._generation
@@ -483,6 +527,9 @@ class Loader(Closing):
                 raise ahead
             if first:
                 yield from self._transform_chunk(steps, raw)
+                # Resumed after a close() (or a newer iteration): the next chunk is not
+                # read ahead, as a closed source told of it reopened its files.
+                self._check_current(generation)
             if following is not None:
                 ahead = self._prefetch(following[1])
             if not first:
@@ -568,10 +615,17 @@ class Loader(Closing):
                 return
             yield chunk
 
+    def _ended_at(self, step: int) -> bool:
+        """Whether ``step`` is past ``steps``, lowered while iterating after its chunk was
+        planned (or read ahead): it ends the iteration there, as one planned since does."""
+        return self.steps is not None and step >= self.steps
+
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
         for steps, arrays in self._watched_chunks(start, generation):
             for t, batch in self._split(steps, arrays):
                 self._check_current(generation)
+                if self._ended_at(t):
+                    return
                 self.step = t + 1
                 yield batch
 
@@ -611,6 +665,8 @@ class Loader(Closing):
                     raise item.exc
                 for t, batch in item:  # type: ignore[attr-defined]
                     self._check_current(generation)
+                    if self._ended_at(t):
+                        return
                     self.step = t + 1
                     yield batch
         finally:
