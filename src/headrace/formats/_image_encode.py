@@ -24,6 +24,23 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     _simplejpeg = None
 
+# The most pixels a side each format holds (libjpeg: JPEG_MAX_DIMENSION; WebP: 14 bits).
+_JPEG_MAX_SIDE = 65500
+_WEBP_MAX_SIDE = 16383
+
+
+def _check_size(img: NDArray[np.generic], kind: str, most: int | None = None) -> None:
+    """Refuse an image ``kind`` cannot hold by its size, before the encoder does
+    (simplejpeg's "Invalid argument", libwebp's MemoryError for an empty image)."""
+    h, w = img.shape[:2]
+    if not h or not w:
+        raise ConfigError(f"{kind} cannot hold an empty image (got {h} x {w}, shape {img.shape})")
+    if most is not None and max(h, w) > most:
+        raise ConfigError(
+            f"{kind} cannot hold a {h} x {w} image: each side at most {most:,} pixels; "
+            "crop or resize it, or write it as PNG"
+        )
+
 
 def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
     """JPEG bytes of an ``(H, W, 3)`` or ``(H, W)`` / ``(H, W, 1)`` uint8 image."""
@@ -36,6 +53,7 @@ def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
         img = img[:, :, np.newaxis]
     if img.shape[2] not in (1, 3):
         raise ConfigError(f"JPEG needs 1 or 3 channels (got {img.shape[2]})")
+    _check_size(img, "JPEG", _JPEG_MAX_SIDE)
     if _simplejpeg is not None:
         cs = "GRAY" if img.shape[2] == 1 else "RGB"
         sub = "Gray" if cs == "GRAY" else "420"
@@ -63,6 +81,7 @@ def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
             f"PNG needs a uint8 or uint16 HxW or HxWxC image, C in 1..4 (got {img.dtype} "
             f"{img.shape})"
         )
+    _check_size(img, "PNG")
     if img.dtype == np.uint16 and img.ndim == 3:
         return _encode_png16(img, compress_level)
     pil = _images._pil().fromarray(img.astype("<u2") if img.dtype == np.uint16 else img)
@@ -84,6 +103,7 @@ def encode_webp(image: NDArray[np.uint8], *, quality: int | None = None) -> byte
         raise ConfigError(
             f"WebP needs a uint8 HxW or HxWxC image, C in (1, 3, 4) (got {img.dtype} {img.shape})"
         )
+    _check_size(img, "WebP", _WEBP_MAX_SIDE)
     pil = _images._pil().fromarray(img)
     if pil.mode == "L":
         pil = pil.convert("RGB")

@@ -469,8 +469,15 @@ def _pil_errors(image_mod: Any, name: str, kind: str) -> Iterator[None]:
     try:
         yield
     except (OSError, SyntaxError, ValueError, Warning, EOFError) as exc:
-        # Pillow's "cannot identify image file" names our reader object, not the file.
-        why = "no image header found" if isinstance(exc, image_mod.UnidentifiedImageError) else exc
+        # Pillow's "cannot identify image file" names our reader object, not the file;
+        # a plugin's own reason (a header's bad CRC-32) is kept, its "not a JPEG file"
+        # or "not identified by this driver" (which say no more than this) not.
+        why: object = exc
+        if isinstance(exc, image_mod.UnidentifiedImageError):
+            cause = exc.__cause__
+            why = "no image header found"
+            if isinstance(cause, SyntaxError) and not str(cause).startswith("not "):
+                why = f"{why}: {cause}"
         raise FormatError(f"{name}: corrupt or truncated {kind} ({why}): {RECOPY}") from exc
 
 
@@ -524,6 +531,11 @@ def _check_png(view: memoryview, name: str) -> None:
     except ImportError:  # pragma: no cover - the decode says what to install
         return
     if ImageFile.LOAD_TRUNCATED_IMAGES:
+        if len(view) >= 24 and bytes(view[12:16]) == b"IHDR":
+            # The size first, as the decode checks it: a bomb is not inflated whole
+            # here, nor a forged size called corrupt image data.
+            width, height = struct.unpack_from(">II", view, 16)
+            _check_pixels(height, width, name, "PNG")
         check_png_stream(view, name)
 
 
