@@ -37,7 +37,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from headrace.errors import ConfigError
+from headrace.io._ranges import whole_number
 
 __all__ = ["AdaptivePolicy", "AdaptiveState"]
 
@@ -54,24 +57,32 @@ class AdaptivePolicy:
     max_probe_every: int = 256
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.slow_read_s, int | float) and 0 < self.slow_read_s < math.inf):
-            raise ConfigError(
-                f"slow_read_s must be a positive number of seconds (got {self.slow_read_s!r})."
-            )
-        if not isinstance(self.probe_every, int) or self.probe_every < 2:
+        s = self.slow_read_s
+        if not (_real(s) and 0 < s < math.inf):
+            raise ConfigError(f"slow_read_s must be a positive number of seconds (got {s!r}).")
+        if not whole_number(self.probe_every) or self.probe_every < 2:
             raise ConfigError(
                 f"probe_every must be an integer of at least 2 (got {self.probe_every!r})."
             )
-        if not isinstance(self.max_probe_every, int) or self.max_probe_every < self.probe_every:
+        if not whole_number(self.max_probe_every) or self.max_probe_every < self.probe_every:
             raise ConfigError(
                 f"max_probe_every must be an integer of at least probe_every = "
                 f"{self.probe_every} (got {self.max_probe_every!r})."
             )
+        # NumPy numbers (computed settings) as Python's.
+        object.__setattr__(self, "slow_read_s", float(s))
+        object.__setattr__(self, "probe_every", int(self.probe_every))
+        object.__setattr__(self, "max_probe_every", int(self.max_probe_every))
 
     def mapped_too_slow(self, fault_s: float, faults: int) -> bool:
         """Would a mapped read that faults ``faults`` times, one after another,
         each like the one timed (``fault_s``), be slower than ``slow_read_s``?"""
         return fault_s * faults > self.slow_read_s
+
+
+def _real(v: object) -> bool:
+    """A real number (a NumPy one too), not a bool: ``True`` is no number of seconds."""
+    return not isinstance(v, bool) and isinstance(v, int | float | np.integer | np.floating)
 
 
 class AdaptiveState:

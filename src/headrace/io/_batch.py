@@ -56,7 +56,16 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
                 stop = True
                 return
 
-    futures: list[Future[None]] = [pool.submit(loop) for _ in range(depth - 1)]
+    futures: list[Future[None]] = []
+    for _ in range(depth - 1):
+        try:
+            futures.append(pool.submit(loop))
+        except RuntimeError:
+            # No thread for another loop ("can't start new thread" at the process's
+            # limit, a pool shut down at exit): raised from here, it left the loops
+            # submitted reading on into a buffer the caller had dropped. Those, and the
+            # caller's own, read the rest.
+            break
     try:
         loop()
     finally:

@@ -79,10 +79,15 @@ def _past_int64(i: int, offset: int, length: int) -> ConfigError:
 
 
 def check_limits(max_gap: int, max_span: int) -> None:
-    if not isinstance(max_gap, int) or max_gap < 0:
+    if not whole_number(max_gap) or max_gap < 0:
         raise ConfigError(f"max_gap must be a non-negative integer of bytes (got {max_gap!r}).")
-    if not isinstance(max_span, int) or max_span < 1:
+    if not whole_number(max_span) or max_span < 1:
         raise ConfigError(f"max_span must be a positive integer of bytes (got {max_span!r}).")
+
+
+def whole_number(v: object) -> bool:
+    """An integer (a NumPy one too), not a bool: ``True`` is no number of bytes."""
+    return not isinstance(v, bool) and isinstance(v, int | np.integer)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -37,6 +37,7 @@ from headrace.io._ranges import (
     Ranges,
     as_ranges,
     check_limits,
+    whole_number,
 )
 from headrace.io._stats import ReadStats, StatsRecorder
 from headrace.io._uring import RING_ENTRIES, Ring, ring_pool
@@ -58,6 +59,10 @@ READ_AROUND = 128 << 10
 # pread on io_uring: reads in flight cost ring entries, not threads, and a slow
 # mount (10 ms per read) keeps every one of them waiting in parallel.
 DEFAULT_URING_PREAD_IN_FLIGHT = 64
+#: Files an adaptive reader remembers as checked (their first mapped read looked at):
+#: past it, an arbitrary one is forgotten for each added, and checked again when read
+#: (a residency check). Unbounded, a reader of millions of small files kept every path.
+CHECKED = 1 << 16
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,22 +114,21 @@ class ReaderConfig:
                 f"Unknown read engine {self.engine!r}; choose one of {', '.join(ENGINES)}."
             )
         check_limits(self.max_gap, self.max_span)
-        if self.in_flight is not None and (
-            isinstance(self.in_flight, bool)
-            or not isinstance(self.in_flight, int)
-            or self.in_flight < 1
-        ):
+        if self.in_flight is not None and (not whole_number(self.in_flight) or self.in_flight < 1):
             raise ConfigError(
                 f"in_flight must be a positive integer or None (got {self.in_flight!r})."
             )
         m = self.max_idle_files
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
+        if m is not None and (not whole_number(m) or m < 0):
             raise ConfigError(f"max_idle_files must be an integer >= 0 or None (got {m!r}).")
         a = self.alignment
-        if not isinstance(a, int) or a < 512 or a & (a - 1):
+        if not whole_number(a) or a < 512 or a & (a - 1):
             raise ConfigError(
                 f"alignment must be a power of two of at least 512 bytes (got {a!r})."
             )
+        for name in ("max_gap", "max_span", "in_flight", "alignment", "max_idle_files"):
+            if (v := getattr(self, name)) is not None:  # a NumPy integer (a computed size)
+                object.__setattr__(self, name, int(v))
 
     def depth(self, *, ring: bool = False) -> int:
         """Reads in flight for the positional modes (the caller included)."""
@@ -310,7 +314,7 @@ class RangeReader(Closing):
             )
         stride = row_bytes if stride is None else stride
         for name, v, lo in (("row_bytes", row_bytes, 1), ("stride", stride, 1), ("base", base, 0)):
-            if not isinstance(v, int | np.integer) or v < lo:
+            if not whole_number(v) or v < lo:
                 raise ConfigError(f"{name} must be an integer >= {lo} (got {v!r}).")
         if idx.size and int(idx.min()) < 0:
             raise ConfigError(f"rows must be non-negative (got {int(idx.min())}).")
@@ -467,7 +471,10 @@ class RangeReader(Closing):
             if self._adaptive is not None:
                 # Marked once the policy has seen this read: a read of the same file
                 # that started meanwhile checks too, rather than walk it mapped.
-                self._checked.add(path)
+                with self._policy_lock:
+                    if path not in self._checked and len(self._checked) >= CHECKED:
+                        self._checked.pop()
+                    self._checked.add(path)
         return result
 
     def _check_mapped(
@@ -649,17 +656,37 @@ def _host_array(obj: Any, what: str) -> NDArray[Any] | None:
         ) from exc
 
 
+def _tensor_bytes(obj: Any) -> Any:
+    """A contiguous CPU torch tensor that needs no gradient as a flat uint8 tensor of its
+    memory (NumPy has no bfloat16 or float8 to take it as: "Unsupported dtype in
+    DLTensor"); anything else as it is, for DLPack to take or refuse."""
+    if not (type(obj).__module__.startswith("torch") and hasattr(obj, "is_contiguous")):
+        return obj
+    if obj.requires_grad or obj.device.type != "cpu":
+        return obj
+    if not obj.is_contiguous():
+        raise TypeError(f"a tensor of strides {tuple(obj.stride())}")
+    try:
+        uint8 = obj.new_empty(0).byte().dtype  # torch.uint8, without importing torch here
+        return obj.reshape(-1).view(uint8)
+    except (RuntimeError, TypeError):  # a conjugate or quantized one, say: DLPack's word
+        return obj
+
+
 def _byte_view(buf: Any, nbytes: int, i: int) -> NDArray[np.uint8]:
     try:
         try:
             mv = memoryview(buf)
         except TypeError:
             # A CPU tensor exports no buffer, but its memory through DLPack.
-            arr = _host_array(buf, f"Buffer {i}")
+            arr = _host_array(_tensor_bytes(buf), f"Buffer {i}")
             if arr is None:
                 raise
             mv = memoryview(cast(Any, arr))
-        mv = mv.cast("B")
+        if mv.nbytes:
+            # An empty buffer of any shape holds a range of no bytes: its cast refused
+            # a (0, 5) array ("cannot cast view with zeros in shape").
+            mv = mv.cast("B")
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
@@ -668,4 +695,4 @@ def _byte_view(buf: Any, nbytes: int, i: int) -> NDArray[np.uint8]:
         raise ConfigError(f"Buffer {i} is read-only; read_into needs writable buffers.")
     if mv.nbytes != nbytes:
         raise ConfigError(f"Buffer {i} holds {mv.nbytes} bytes; its range asks for {nbytes}.")
-    return np.frombuffer(mv, dtype=np.uint8)
+    return np.frombuffer(mv, dtype=np.uint8) if nbytes else np.empty(0, dtype=np.uint8)
