@@ -52,9 +52,11 @@ from headrace.io._buffers import read_randomly, will_need
 __all__ = [
     "Unwalkable",
     "WalkedStream",
+    "check_end",
     "fill_headers",
     "footer_places",
     "map_file",
+    "message_ends",
     "record_batches",
     "walk",
 ]
@@ -233,6 +235,7 @@ class _MapWalk:
                     f"byte {at} ({exc}): {RECOPY}"
                 ) from exc
             at = end
+        check_end(url, self.size, at, reader.tell())
         if schema is None:
             raise FormatError(f"{url}: an Arrow IPC stream without a schema message")
         k = len(spans)
@@ -264,6 +267,38 @@ def walk(
     if not WALK:
         raise Unwalkable
     return _MapWalk(f, whole, guard).walk(pa)
+
+
+def message_ends(whole: Any, pa: Any) -> tuple[int, int]:
+    """Where the last message of the stream in ``whole`` ends, and where its end marker
+    does (the same byte: none), read as pyarrow's stream reader reads them (for the
+    streams it read: its reader does not say where it stopped)."""
+    reader = pa.BufferReader(whole)
+    while True:
+        at = reader.tell()
+        try:
+            pa.ipc.read_message(reader)
+        except EOFError:
+            return at, reader.tell()
+
+
+def check_end(url: str, size: int, at: int, stop: int) -> None:
+    """Refuse a stream of ``size`` bytes whose messages end at byte ``at`` and its end
+    marker (ff ff ff ff 00 00 00 00; 00 00 00 00 before Arrow 0.15) at ``stop``,
+    unless that marker is there and ends the file: pyarrow reads a stream cut after
+    a message as a shorter one, and stops at a marker that bytes follow."""
+    if stop == at:
+        raise FormatError(
+            f"{url}: truncated Arrow IPC stream: it ends at byte {size} after a whole "
+            "message, without the end-of-stream marker (ff ff ff ff 00 00 00 00, or "
+            f"00 00 00 00 before Arrow 0.15): {RECOPY}"
+        )
+    if stop != size:
+        raise FormatError(
+            f"{url}: {size - stop} bytes follow the end-of-stream marker at byte {at} "
+            f"({size} bytes): streams written one after another into one file, or bytes "
+            "appended, which a stream reader never reads; write one stream to a file"
+        )
 
 
 # A footer's Block: the message's offset, its prefix and header length (i32, then 4

@@ -32,10 +32,11 @@ __all__ = [
 log = logging.getLogger("headrace")
 #: What a refusal of a damaged table file says to do (after naming file and place).
 RECOPY = "copy the file again (a partial copy or download?) or leave it out of the table"
-_TABLE_SUFFIXES = (".arrow", ".parquet")
-
 #: Names of Arrow IPC files (file or stream format); any other table file is Parquet.
 IPC_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
+# A folder's table files: its Arrow IPC files (pyarrow.feather writes .feather, Polars
+# .ipc and .arrows: left out of a folder until 2026-12-07, "empty dataset"), or Parquet.
+_TABLE_SUFFIXES = (*IPC_SUFFIXES, ".parquet")
 
 #: The folder beside a Delta Lake table's files that says which of them hold its rows.
 DELTA_LOG = "_delta_log"
@@ -156,7 +157,7 @@ def folder_files(root: str, names: list[str], join: str) -> list[str]:
             hidden[0],
         )
     names = sorted(n for n in names if not n.startswith("."))
-    arrow = [n for n in names if n.endswith(".arrow")]
+    arrow = [n for n in names if n.endswith(IPC_SUFFIXES)]
     parquet = [n for n in names if n.endswith(".parquet")]
     cached = [n for n in arrow if _HF_CACHE.match(n)]
     if cached:
@@ -169,10 +170,17 @@ def folder_files(root: str, names: list[str], join: str) -> list[str]:
             "(a glob such as '*-train*.arrow', or one map result's cache file)"
         )
     if arrow and parquet:
-        raise ConfigError(f"{root} holds both .arrow and .parquet files; pass a glob or a list")
+        # (a .feather beside Parquet files was left out without a word until 2026-12-07)
+        raise ConfigError(
+            f"{root} holds both .arrow and .parquet files (Arrow IPC {arrow[0]} beside "
+            f"{parquet[0]}); pass a glob or a list"
+        )
     chosen = arrow or parquet
     if not chosen:
-        raise FormatError(f"{root}: empty dataset: no .arrow or .parquet files, no state.json")
+        raise FormatError(
+            f"{root}: empty dataset: no .arrow or .parquet files (nor "
+            f"{', '.join(IPC_SUFFIXES[1:])}), no state.json"
+        )
     splits = {n: split for n in chosen if (split := _split_of(n)) is not None}
     split_names = sorted(set(splits.values()))
     if len(split_names) > 1:

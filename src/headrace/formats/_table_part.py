@@ -28,9 +28,11 @@ from headrace.errors import (
 from headrace.formats._arrow_local import (
     Unwalkable,
     WalkedStream,
+    check_end,
     fill_headers,
     footer_places,
     map_file,
+    message_ends,
     record_batches,
     walk,
 )
@@ -59,7 +61,6 @@ __all__ = ["_ARROW_FILE_MAGIC", "_Part", "_open_local", "_pa"]
 
 _ARROW_FILE_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
-_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _IPC_CONTINUATION = b"\xff\xff\xff\xff"  # starts every message of a stream (Arrow >= 0.15)
 
 
@@ -215,7 +216,10 @@ class _Part:
         except StorageError:  # a header's pages the storage failed to read: said so
             raise
         except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as exc:
-            if not self.parquet and not head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION)):
+            if not self.parquet and not (
+                head.startswith((_ARROW_FILE_MAGIC, _IPC_CONTINUATION))
+                or _legacy_stream(pa, path, head)
+            ):
                 hint = (
                     "; pass the folder that holds it"
                     if os.path.basename(path) in HF_METADATA
@@ -316,12 +320,10 @@ class _Part:
                 reader = pa.ipc.open_stream(pa.BufferReader(whole))
                 self.batches = list(reader)
                 schema = reader.schema
-            tail = whole.slice(max(0, self.size - len(_IPC_EOS))).to_pybytes()
-            if tail != _IPC_EOS:
-                raise FormatError(
-                    f"{self.path}: truncated Arrow IPC stream: it does not end with the "
-                    f"end-of-stream marker ff ff ff ff 00 00 00 00 ({self.size} bytes)"
-                )
+                # Its end as the walk checks it (a stream of Arrow < 0.15 ends with
+                # 00 00 00 00: refused here as "truncated" until 2026-12-07).
+                check_end(self.path, self.size, *message_ends(whole, pa))
+            # (known: the walk that learned it checked its end; the file is the same.)
         self.schema = schema
         self.rows = [b.num_rows for b in self.batches]
 
@@ -555,6 +557,21 @@ class _Part:
             pf.close()
         if self._streams is not None:
             self._streams.close()
+
+
+def _legacy_stream(pa: Any, path: str, head: bytes) -> bool:
+    """Whether the file ``path`` (starting with ``head``) starts with a schema message
+    without the continuation marker: a stream Arrow < 0.15 wrote, damaged further on
+    (until 2026-12-07 said to be "not an Arrow IPC or Parquet file")."""
+    length = int.from_bytes(head[:4], "little", signed=True)
+    if not 0 < length <= 1 << 20:
+        return False
+    try:
+        with open(path, "rb") as f:
+            first = f.read(4 + length)
+        return bool(pa.ipc.read_message(pa.py_buffer(first)).type == "schema")
+    except (OSError, EOFError, pa.ArrowException):
+        return False
 
 
 def _group_bytes(metadata: Any, group: int, names: list[str]) -> tuple[int, int]:

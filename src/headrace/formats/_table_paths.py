@@ -23,6 +23,7 @@ from headrace.formats._file_list import refuse_repeats, special_skipped
 from headrace.formats._file_walk import (
     kind_of,
     refuse_empty,
+    refuse_glob_cycles,
     regular_stats,
     stat_each,
 )
@@ -325,6 +326,8 @@ def _matches(given: str, pattern: str) -> list[str]:
     found = sorted(glob.glob(pattern, recursive=True))
     if not found:
         raise FormatError(f"{given}: no files match{ESCAPE_HINT}")
+    if "**" in pattern:  # through a link to a folder above it: each file many times
+        refuse_glob_cycles(given, found)
     return found
 
 
@@ -382,7 +385,7 @@ def _nested_tables(root: str) -> list[str]:
         if not entry.is_dir() or entry.name.startswith("."):  # .ipynb_checkpoints, .git
             continue
         for _, _, files in os.walk(entry.path):
-            if any(f.endswith((".arrow", ".parquet")) for f in files):
+            if any(f.endswith(_TABLE_SUFFIXES) for f in files):
                 found.append(entry.name)
                 break
     return found

@@ -35,7 +35,7 @@ from headrace.formats._row_plan import (
     shuffle_fingerprint,
 )
 from headrace.formats._table_images import TableImages, feature_mode, image_columns
-from headrace.formats._tables import Table
+from headrace.formats._tables import Table, column_names
 from headrace.formats._vocab import (
     check_pad_in_vocab,
     check_vocab_size,
@@ -174,7 +174,7 @@ class TableSource(Closing):
                     raise
                 raise ConfigError(f"{where}: {exc}") from exc
         cols = self.table.columns
-        self.names = list(cols) if columns is None else list(columns)
+        self.names = list(cols) if columns is None else column_names(columns)
         unknown = [c for c in self.names if c not in cols]
         if unknown:
             raise ConfigError(

@@ -36,7 +36,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +93,7 @@ from headrace.io._mounts import local_cache_refused
 if TYPE_CHECKING:
     from headrace.io import ObjectStats
 
-__all__ = ["Table", "TableColumn"]
+__all__ = ["Table", "TableColumn", "column_names"]
 
 # Local Parquet row groups read and decoded at once: as many as the I/O pool's
 # reads in flight by default, so a window's groups take a few round trips, not one each.
@@ -104,6 +104,27 @@ _POPULATE = True
 # Local Arrow files: prefetch() faults in whole spans ahead (a windowed shuffle's next
 # window); off only to measure against (benchmarks/arrow_slowfs.py --read-ahead N).
 _READ_AHEAD = True
+
+
+def column_names(columns: object) -> list[str]:
+    """``columns`` as a list of ``str``: a NumPy array's ``np.str_`` names as themselves
+    (they showed as ``np.str_('x')`` in messages and in the keys of the rows read).
+    A string, a set and an item that is not a name refused (a TypeError from inside the
+    schema lookup, until 2026-12-07)."""
+    if isinstance(columns, str):
+        raise ConfigError(
+            f"columns must be a list of names, e.g. columns=[{columns!r}], not a string "
+            "(it would name one column per letter)"
+        )
+    refuse_a_set("columns", columns, "columns")
+    fix = "columns must be a list of column names (str), e.g. columns=['input_ids']"
+    if isinstance(columns, (Mapping, bytes)) or not isinstance(columns, Iterable):
+        raise ConfigError(f"{fix}; got a {type(columns).__name__} ({columns!r:.80})")
+    names = list(columns)
+    for i, c in enumerate(names):
+        if not isinstance(c, str):
+            raise ConfigError(f"{fix}; item {i} is a {type(c).__name__} ({c!r:.80})")
+    return [str(c) for c in names]
 
 
 class Table(Closing):
@@ -293,12 +314,7 @@ class Table(Closing):
         """
         if row_group_cache < 1:
             raise ConfigError(f"row_group_cache must be >= 1 (got {row_group_cache=})")
-        if isinstance(columns, str):
-            raise ConfigError(
-                f"columns must be a list of names, e.g. columns=[{columns!r}], not a string "
-                "(it would name one column per letter)"
-            )
-        refuse_a_set("columns", columns, "columns")
+        columns = None if columns is None else column_names(columns)
         shaped = check_shapes(shapes)
         paths = _path_list(path)
         columns = dataset_columns(path, columns)
@@ -588,7 +604,7 @@ class Table(Closing):
         lists and strings as :class:`Ragged`. Every output is freshly
         allocated once; no Python object per row is made.
         """
-        names = list(self._columns) if columns is None else list(columns)
+        names = list(self._columns) if columns is None else column_names(columns)
         unknown = [c for c in names if c not in self._columns]
         if unknown:
             raise ConfigError(
