@@ -193,7 +193,9 @@ class ObjectCache:
         """Where the entry of this version of the object (or of its bytes ``[offset,
         offset + length)``; ``length=-1``: to its end) lives."""
         key = f"{url}\0{size}\0{etag}"
-        if (offset, length) not in ((0, -1), (0, size)):  # a whole object is its own entry
+        if length < 0:  # named by its length, as write() names it
+            length = size - offset
+        if (offset, length) != (0, size):  # a whole object is its own entry
             key += f"\0{offset}\0{length}"
         return self._named(key)
 

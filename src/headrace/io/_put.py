@@ -25,7 +25,7 @@ except ModuleNotFoundError as exc:  # the optional extra: say which one
     raise obstore_missing(exc) from exc
 
 from headrace.errors import ConfigError, StorageError
-from headrace.io._object_info import ObjectInfo
+from headrace.io._object_info import ObjectInfo, info_of
 
 if TYPE_CHECKING:
     from headrace.io._objects import ObjectStore
@@ -113,7 +113,8 @@ def put_file(
             if sent:
                 report(-sent)
             raise
-        return ObjectInfo(size, result.get("e_tag"))
+        # As a HEAD's, GET's or listing's: the tag without the header's quotes.
+        return info_of({"size": size, "e_tag": result.get("e_tag")})
 
     return store._tries.run(where, once, lambda info: info.size)
 
