@@ -9,9 +9,11 @@ batches stacked, with ``batch_size=2``).
 DataLoader tells its dataset nothing of its batching; the fetcher that calls
 ``iter(dataset)`` (in the main process or in each worker) holds it, as
 ``auto_collation`` beside ``dataset``: torch's since 1.2, and torchdata's
-``StatefulDataLoader`` uses torch's. If a later torch renamed them, this check would
-go quiet (tests/adapters/test_torch_batch_size.py fails) and never refuse a loader
-that does not batch. The alternative, a batch type of our own registered in torch's
+``StatefulDataLoader`` uses torch's. Its ``dataset`` may be torch's ``ChainDataset`` of
+ours (one run after another), which batched them again unrefused until 2026-12-07.
+If a later torch renamed them, this check would go quiet
+(tests/adapters/test_torch_batch_size.py fails) and never refuse a loader that does
+not batch. The alternative, a batch type of our own registered in torch's
 ``default_collate_fn_map``, changes what every user gets: a ``dict`` subclass is a
 leaf to ``torch.utils._pytree``, so a ``tree_map`` moving a batch to the device
 would stop at the batch; and a ``collate_fn`` of the user's would bypass it.
@@ -29,7 +31,10 @@ from __future__ import annotations
 
 import sys
 
+from torch.utils.data import ChainDataset
+
 from headrace.errors import ConfigError
+from headrace.torch._wrappers import self_of
 
 __all__ = ["refuse_auto_collation", "refuse_out_of_order"]
 
@@ -37,9 +42,24 @@ __all__ = ["refuse_auto_collation", "refuse_out_of_order"]
 #: from the fetcher in a forked worker, the 7th from ``__getstate__`` with ``spawn``).
 _LOADER_DEPTH = 24
 
+#: Where the DataLoaders and their fetcher live: only these frames' locals are read (the
+#: user's training loop, up the stack too, would keep a copy of its own: see
+#: ``_wrappers._FRAMEWORKS``).
+_LOADERS = ("torch.", "torchdata.")
+
 #: How many callers up the fetcher may be: ``iter(dataset)`` is a builtin (no frame),
 #: so torch's fetcher is the caller of ``__iter__``; a little slack for a wrapper.
 _DEPTH = 4
+
+
+def _serves(outer: object, dataset: object) -> bool:
+    """Whether a DataLoader over ``outer`` iterates ``dataset``: ``outer`` is it, or a
+    torch ``ChainDataset`` of it (one run after another), at any depth; a chain of
+    datasets given as a generator is not looked into (that would use it up)."""
+    if outer is dataset:
+        return True
+    inner = getattr(outer, "datasets", None) if isinstance(outer, ChainDataset) else None
+    return isinstance(inner, list | tuple) and any(_serves(d, dataset) for d in inner)
 
 
 def refuse_auto_collation(dataset: object) -> None:
@@ -47,10 +67,9 @@ def refuse_auto_collation(dataset: object) -> None:
     fetcher that batches the dataset's items."""
     frame = sys._getframe(2)
     for _ in range(_DEPTH):
-        fetcher = frame.f_locals.get("self")
-        if (
-            getattr(fetcher, "dataset", None) is dataset
-            and getattr(fetcher, "auto_collation", False) is True
+        obj = self_of(frame, _LOADERS)
+        if _serves(getattr(obj, "dataset", None), dataset) and (
+            getattr(obj, "auto_collation", False) is True
         ):
             raise ConfigError(
                 f"{type(dataset).__name__} gives whole batches, but the DataLoader "
@@ -73,11 +92,11 @@ def refuse_out_of_order(dataset: object) -> None:
     batches out of order: ``in_order=False`` with more than one worker."""
     frame = sys._getframe(2)
     for _ in range(_LOADER_DEPTH):
-        loader = frame.f_locals.get("self")
+        loader = self_of(frame, _LOADERS)
         # A DataLoader (dataset, in_order, num_workers) or its iterator (_dataset, ...).
         for prefix in ("", "_"):
             if (
-                getattr(loader, f"{prefix}dataset", None) is dataset
+                _serves(getattr(loader, f"{prefix}dataset", None), dataset)
                 and getattr(loader, f"{prefix}in_order", True) is False
                 and getattr(loader, f"{prefix}num_workers", 0) > 1
             ):

@@ -219,6 +219,12 @@ class HeadraceDataLoader(Closing):
                 "processes start, and num_workers=0 starts none: leave it out, or give "
                 "num_workers > 0."
             )
+        if not isinstance(multiprocessing_context, str | BaseContext | None):
+            raise ConfigError(
+                f"multiprocessing_context={multiprocessing_context!r} is no start method: "
+                "give 'forkserver' (the default) or 'spawn', by name or as "
+                "multiprocessing.get_context(...)."
+            )
         if not isinstance(copy, bool):
             raise ConfigError(f"copy must be True or False (got {copy!r}).")
         self.persistent_workers = persistent_workers

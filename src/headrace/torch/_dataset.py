@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from multiprocessing.context import get_spawning_popen
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Literal
 
 import numpy as np
@@ -288,7 +290,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         if self._rank_given:
             return
         if not (dist.is_available() and dist.is_initialized()):
-            found = launched() if get_worker_info() is None else None
+            # Made as one of several (the group since destroyed): it reads that rank's slice.
+            alone = get_worker_info() is None and self.world_size == 1
+            found = launched() if alone else None
             if found is not None:
                 names, count, variables = found
                 warn_user(
@@ -424,8 +428,24 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         refuse_wrappers(self)
         # A stock DataLoader's forkserver worker: its server, not yet started, imports torch.
         preload_if_forking()
+        if get_spawning_popen() is not None:  # a worker's start (spawn, forkserver)
+            self._check_pickles()
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
         state["_loader"] = None
         return state
+
+    def _check_pickles(self) -> None:
+        """Name the transform or source that a DataLoader's worker cannot take (pickle's
+        own error, out of torch's worker start, named no fix), as HeadraceDataLoader does."""
+        for what, value in (("transform", self.transform), ("source", self.source)):
+            try:
+                ForkingPickler.dumps(value)  # as the worker's start pickles it
+            except Exception as exc:
+                raise ConfigError(
+                    f"TorchDataset's {what} {value!r:.200} does not pickle "
+                    f"({type(exc).__name__}: {exc}); a DataLoader's spawn or forkserver "
+                    "workers need it picklable (a module-level function or class, not a "
+                    "lambda or a local function), or use num_workers=0."
+                ) from exc

@@ -43,7 +43,7 @@ from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["lightning_prefetched", "refuse_wrappers"]
+__all__ = ["lightning_prefetched", "refuse_wrappers", "self_of"]
 
 #: How many callers up to look: accelerate's wrappers and Lightning's fit loop are a
 #: dozen or so up from ``TorchDataset.__iter__``, and a forked DataLoader worker's
@@ -77,10 +77,11 @@ def _is_fit_loop(obj: object) -> bool:
     return not _FIT_LOOPS.isdisjoint(_kinds(obj))
 
 
-def _self_of(frame: FrameType) -> object:
-    """The ``self`` of a framework's frame (``None`` for any other: its locals unread)."""
+def self_of(frame: FrameType, packages: tuple[str, ...] = _FRAMEWORKS) -> object:
+    """The ``self`` of a frame of one of ``packages`` (``None`` for any other: its locals
+    unread, see :data:`_FRAMEWORKS`)."""
     module = frame.f_globals.get("__name__")
-    if not (isinstance(module, str) and module.startswith(_FRAMEWORKS)):
+    if not (isinstance(module, str) and module.startswith(packages)):
         return None
     return frame.f_locals.get("self")
 
@@ -99,7 +100,7 @@ def refuse_wrappers(dataset: Any) -> None:
     for _ in range(_DEPTH):
         if frame is None:
             return
-        obj = _self_of(frame)
+        obj = self_of(frame)
         if obj is not None:
             _check(obj, dataset)
         frame = frame.f_back
@@ -182,7 +183,7 @@ def lightning_prefetched(loader: object) -> int:
     but not yet given to the training step (0 where there is none)."""
     frame: FrameType | None = sys._getframe(2)
     while frame is not None:  # to the bottom: called once a checkpoint, not a batch
-        obj = _self_of(frame)
+        obj = self_of(frame)
         if obj is not None and _is_fit_loop(obj):
             flat = getattr(getattr(obj, "_combined_loader", None), "flattened", ())
             if not any(it is loader for it in flat):
