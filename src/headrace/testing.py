@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
-import numpy as np
 from numpy.typing import NDArray
+
+from headrace._digest import hash_values as _hash_values
 
 __all__ = ["assert_resume_exact", "batch_digest", "update_digest"]
 
@@ -30,25 +31,7 @@ def update_digest(h: Any, batch: Mapping[str, NDArray[Any]]) -> None:
         a = batch[name]
         kind = "object" if a.dtype == object else a.dtype.str
         h.update(f"{name}:{kind}:{a.shape};".encode())
-        hash_values(h, a)
-
-
-def hash_values(h: Any, a: NDArray[Any]) -> None:
-    """Feed the values of ``a`` into ``h``: its bytes, viewed as such, without a copy
-    where it is C-contiguous (a memoryview's cast refused datetime64 and timedelta64,
-    and a shape with a 0); an ``object`` array's element by element, each one's dtype,
-    shape and values (its buffer holds pointers), of any number of axes (a 2-D one, HDF5
-    strings of shape (n, k), failed until 2026-12-07)."""
-    if a.dtype != object:
-        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
-        return
-    for el in a.reshape(-1):
-        e = np.ascontiguousarray(el)
-        if e.dtype == object and not isinstance(el, np.ndarray):
-            h.update(f"{type(el).__name__}:{el!r};".encode())  # no array's value: its repr
-            continue
-        h.update(f"{e.dtype.str}:{e.shape};".encode())
-        hash_values(h, e)
+        _hash_values(h, a)
 
 
 def batch_digest(batches: Iterable[Mapping[str, NDArray[Any]]]) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._digest import hash_values
 from headrace._messages import count_fix
 from headrace._stacking import stackable
 from headrace.errors import ConfigError, DataError
@@ -52,7 +53,6 @@ from headrace.formats._tar import TarIndex, decode_tar
 from headrace.formats._tar_ranges import TarImage
 from headrace.formats._tfrecord import decode_tfrecord
 from headrace.formats._tfrecord_ranges import RecordImage
-from headrace.testing import hash_values
 
 __all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples", "zero_padding"]
 
