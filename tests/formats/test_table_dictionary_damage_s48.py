@@ -26,9 +26,7 @@ def test_indices_past_the_dictionary_are_refused(tmp_path: Path) -> None:
     indices = pa.array([0, 7, 2, 1, 0], pa.int32())
     d = pa.DictionaryArray.from_arrays(indices, pa.array(["aa", "bb", "cc"]), safe=False)
     _write(tmp_path / "t.arrow", d)
-    with pytest.raises(
-        FormatError, match=r"column 'c': corrupt data .*Index 7 out of bounds"
-    ):
+    with pytest.raises(FormatError, match=r"column 'c': corrupt data .*Index 7 out of bounds"):
         Table.open(tmp_path / "t.arrow").read_rows([0, 1, 2])
 
 
