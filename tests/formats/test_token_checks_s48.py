@@ -48,3 +48,14 @@ def test_a_token_source_refuses_an_eos_id_outside_its_vocabulary(tmp_path: Path)
     np.arange(64, dtype=np.uint16).__mod__(10).astype(np.uint16).tofile(path)
     with pytest.raises(ConfigError, match=r"eos_id=10 is outside the vocabulary \[0, 10\)"):
         TokenSource(path, dtype="uint16", context=4, vocab_size=10, positions="eos", eos_id=10)
+
+
+def test_a_file_listed_as_a_path_and_as_its_url_is_listed_twice(tmp_path: Path) -> None:
+    # Compared by their strings, the two were two files: read twice an epoch, silently.
+    from headrace.formats import TokenSource
+
+    path = tmp_path / "t.bin"
+    np.arange(256, dtype=np.uint16).tofile(path)
+    for pair in ([path, path.as_uri()], [path.as_uri(), f"file://{tmp_path}/./t.bin"]):
+        with pytest.raises(ConfigError, match="listed twice"):
+            TokenSource(pair, dtype="uint16", context=4)

@@ -29,6 +29,7 @@ from headrace.formats._tokens import (
     describe_token_file,
     open_token_file,
 )
+from headrace.io import file_url_path
 from headrace.io._daemon_pool import one_call_pool
 
 __all__ = ["check_files", "check_positions", "describe_files"]
@@ -96,7 +97,7 @@ def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> 
         if f.segments is None:
             # The (device, inode) its open saw (a stat for a TokenFile made by hand): the
             # same file under another path, a symbolic or hard link, is the same inode.
-            same: object = f.path if f.remote else (f.identity or _inode(f.path))
+            same: object = _url_inode(f.path) if f.remote else (f.identity or _inode(f.path))
             if same in seen:
                 raise ConfigError(
                     f"{f.path}: listed twice (as {seen[same]} and {f.path}); each token "
@@ -198,3 +199,15 @@ def check_positions(
 def _inode(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino
+
+
+def _url_inode(url: str) -> object:
+    """An object URL as itself; a ``file://`` one as its file's (device, inode), as a
+    local path is told: ``d/a.bin`` and ``file:///d/a.bin`` (or ``file:///d/./a.bin``)
+    are one file, which was read twice an epoch."""
+    if not url.startswith("file://"):
+        return url
+    try:
+        return _inode(file_url_path(url))
+    except OSError:
+        return url
