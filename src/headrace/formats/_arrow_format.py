@@ -16,7 +16,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
+from headrace.errors import FormatError
+
 __all__ = [
+    "check_end",
     "validate_as_bytes",
     "_Corrupt",
     "_DICTIONARY",
@@ -186,3 +190,22 @@ def _buffer_counts(pa: Any, typ: Any) -> int | None:
     if any(c is None for c in children):
         return None
     return own + sum(c for c in children if c is not None)
+
+
+def check_end(url: str, size: int, at: int, stop: int) -> None:
+    """Refuse a stream of ``size`` bytes whose messages end at byte ``at`` and its end
+    marker (ff ff ff ff 00 00 00 00; 00 00 00 00 before Arrow 0.15) at ``stop``,
+    unless that marker is there and ends the file: pyarrow reads a stream cut after
+    a message as a shorter one, and stops at a marker that bytes follow."""
+    if stop == at:
+        raise FormatError(
+            f"{url}: truncated Arrow IPC stream: it ends at byte {size} after a whole "
+            "message, without the end-of-stream marker (ff ff ff ff 00 00 00 00, or "
+            f"00 00 00 00 before Arrow 0.15): {RECOPY}"
+        )
+    if stop != size:
+        raise FormatError(
+            f"{url}: {size - stop} bytes follow the end-of-stream marker at byte {at} "
+            f"({size} bytes): streams written one after another into one file, or bytes "
+            "appended, which a stream reader never reads; write one stream to a file"
+        )

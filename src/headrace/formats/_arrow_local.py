@@ -42,7 +42,7 @@ import numpy as np
 
 from headrace._messages import RECOPY
 from headrace.errors import FormatError
-from headrace.formats._arrow_format import _Corrupt, _Flat
+from headrace.formats._arrow_format import _Corrupt, _Flat, check_end
 from headrace.formats._arrow_remote import GUESS_SPREAD, ArrowIndex, MessageSizes
 from headrace.formats._map_fill import MappedFile, fill_now, page_runs
 from headrace.formats._map_guard import populate_message
@@ -52,7 +52,6 @@ from headrace.io._buffers import read_randomly, will_need
 __all__ = [
     "Unwalkable",
     "WalkedStream",
-    "check_end",
     "fill_headers",
     "footer_places",
     "map_file",
@@ -280,25 +279,6 @@ def message_ends(whole: Any, pa: Any) -> tuple[int, int]:
             pa.ipc.read_message(reader)
         except EOFError:
             return at, reader.tell()
-
-
-def check_end(url: str, size: int, at: int, stop: int) -> None:
-    """Refuse a stream of ``size`` bytes whose messages end at byte ``at`` and its end
-    marker (ff ff ff ff 00 00 00 00; 00 00 00 00 before Arrow 0.15) at ``stop``,
-    unless that marker is there and ends the file: pyarrow reads a stream cut after
-    a message as a shorter one, and stops at a marker that bytes follow."""
-    if stop == at:
-        raise FormatError(
-            f"{url}: truncated Arrow IPC stream: it ends at byte {size} after a whole "
-            "message, without the end-of-stream marker (ff ff ff ff 00 00 00 00, or "
-            f"00 00 00 00 before Arrow 0.15): {RECOPY}"
-        )
-    if stop != size:
-        raise FormatError(
-            f"{url}: {size - stop} bytes follow the end-of-stream marker at byte {at} "
-            f"({size} bytes): streams written one after another into one file, or bytes "
-            "appended, which a stream reader never reads; write one stream to a file"
-        )
 
 
 # A footer's Block: the message's offset, its prefix and header length (i32, then 4

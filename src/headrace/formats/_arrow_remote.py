@@ -64,6 +64,7 @@ from headrace.formats._arrow_format import (
     _has_dictionary,
     _indexed,
     _node_counts,
+    check_end,
     validate_as_bytes,
 )
 from headrace.formats._object_files import ObjectFiles, RemoteFile, wait_all
@@ -351,6 +352,8 @@ class _Walk:
             else:
                 length = first
             if length == 0:  # end of stream
+                if not start:  # a stream: nothing after its marker (two streams in one)
+                    check_end(url, end, at, at + pre)
                 if start and at + pre != end:
                     # An IPC file's marker ends where its footer starts: one before that
                     # is a message's zeroed prefix, and the batches after it, which the

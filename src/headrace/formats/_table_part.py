@@ -25,10 +25,10 @@ from headrace.errors import (
     ReadEOFError,
     StorageError,
 )
+from headrace.formats._arrow_format import check_end
 from headrace.formats._arrow_local import (
     Unwalkable,
     WalkedStream,
-    check_end,
     fill_headers,
     footer_places,
     map_file,
