@@ -30,6 +30,11 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
     """
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
     batch_size = checked_batch_size(batch_size)
+    if not isinstance(batch, Mapping):
+        raise ConfigError(
+            f"batch must be a dict of fields, each an array of this process's rows (got a "
+            f"{type(batch).__name__}): name them, e.g. {{'x': x, 'y': y}} for a pair"
+        )
     per_field = isinstance(sharding, Mapping)
     if per_field and batch.keys() != sharding.keys():
         unsharded = [f"no sharding for {k!r}" for k in sorted(batch.keys() - sharding.keys())]
@@ -47,6 +52,13 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
     out = {}
     for name, value in batch.items():
         a = _jaxable(name, value)
+        if not np.ndim(a):
+            raise ConfigError(
+                f"field {name!r} is one value (shape ()), not rows: each field of a batch "
+                "holds a row for each sample, its first axis the batch's; give it one (e.g. "
+                "np.full(rows, value) in the transform), or leave it out of the batch and "
+                "pass it to the step on its own"
+            )
         shape = (batch_size, *np.shape(a)[1:])
         field_sharding = _for_ndim(sharding[name] if per_field else sharding, len(shape))
         try:
@@ -71,7 +83,13 @@ def _jaxable(name: str, a: Any) -> Any:
             "of its own"
         )
     if isinstance(a, list | tuple):  # numbers a row (a label list): as NumPy makes them
-        a = np.asarray(a)
+        try:
+            a = np.asarray(a)
+        except ValueError:  # rows of several lengths: NumPy's "inhomogeneous shape" names none
+            rows = np.empty(len(a), dtype=object)
+            for i, row in enumerate(a):  # one a row: refused below, the first of them shown
+                rows[i] = row
+            a = rows
     if not isinstance(a, np.ndarray):
         return a
     if a.dtype == object:
