@@ -81,6 +81,15 @@ def parse_sweep(text: str) -> tuple[str, list[str]]:
             f"commas in a row, or one at an end); give each value, e.g. --sweep "
             f"{key}={','.join(vals)}"
         )
+    joined = [v for v in vals if any(c in v for c in "?&")]
+    if joined:
+        # Each value goes into the variant as "?KEY=VALUE": "1&prefetch=0" set prefetch
+        # for that point of the sweep alone, without a word.
+        raise ConfigError(
+            f"--sweep {text!r}: value {joined[0]!r} holds '?' or '&', which would set "
+            f"more than one option; a sweep varies one option, e.g. --sweep "
+            f"{key}=1,8 (set the others in --variants, e.g. headrace?prefetch=0)"
+        )
     repeated = sorted({v for v in vals if vals.count(v) > 1})
     if repeated:
         raise ConfigError(

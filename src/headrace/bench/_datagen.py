@@ -230,9 +230,19 @@ def token_bytes_to_write(path: str, num_tokens: int, *, dtype: str, seed: int) -
     total = num_tokens * dt.itemsize
     if is_complete(path, params):
         return 0
+    return total - _resume_at(path, total)
+
+
+def _resume_at(path: str, total: int) -> int:
+    """Where writing a token file of ``total`` bytes at ``path`` goes on: after the last
+    whole chunk of an interrupted write; at 0 when it was written with other parameters
+    (it has a marker), or is longer than ``total`` (not a part of this file: a larger one
+    under the same name stopped before its marker, a copy), which resuming marked
+    complete without writing a byte."""
     if os.path.exists(_marker(path)) or not os.path.exists(path):
-        return total  # written with other parameters (started over), or not begun
-    return total - min(total, os.path.getsize(path) // CHUNK_BYTES * CHUNK_BYTES)
+        return 0
+    size = os.path.getsize(path)
+    return 0 if size > total else size // CHUNK_BYTES * CHUNK_BYTES
 
 
 def write_token_file(
@@ -252,11 +262,9 @@ def write_token_file(
             progress(total, total)
         return False
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    done = _resume_at(path, total)
     if os.path.exists(_marker(path)):
         os.remove(_marker(path))  # written with other parameters: start over
-        done = 0
-    else:  # resume after the last whole chunk of an interrupted write
-        done = os.path.getsize(path) // CHUNK_BYTES * CHUNK_BYTES if os.path.exists(path) else 0
     per_chunk = CHUNK_BYTES // dt.itemsize
     high = min(VOCAB, int(np.iinfo(dt).max) + 1)
     with open(path, "r+b" if done else "wb") as f:

@@ -12,6 +12,7 @@ credentials work as for ``headrace bench --storage s3``.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import posixpath
 import sys
@@ -27,6 +28,7 @@ from headrace.bench._args import (
 )
 from headrace.bench._cli import (
     _progress,
+    _refuse_empty,
     default_root,
     prepare_root,
     refuse_url_typo,
@@ -166,10 +168,14 @@ def _bench_hint(
 
 def _os_error(exc: OSError, writing: str) -> str:
     """An OSError from writing the dataset, naming where: a write or fsync error
-    carries no file name ('[Errno 28] No space left on device' alone)."""
+    carries no file name ('[Errno 28] No space left on device' alone). A full
+    filesystem's says how much room there is."""
     if exc.filename:
-        return f"{exc.filename}: {exc.strerror or exc}"
-    text = f"writing the dataset under {writing} failed: {exc.strerror or exc}"
+        text = f"{exc.filename}: {exc.strerror or exc}"
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return text
+    else:
+        text = f"writing the dataset under {writing} failed: {exc.strerror or exc}"
     try:
         st = os.statvfs(writing)
     except OSError:
@@ -181,6 +187,13 @@ def _os_error(exc: OSError, writing: str) -> str:
 def check(args: argparse.Namespace) -> Workload:
     """What :func:`run` refuses before it writes or connects: the workload (a built-in
     name, or a TOML file, read), and flags that do not go with ``--root``."""
+    # `--root "$DATA"`, DATA unset: the dataset went to the default root, as bench's did.
+    _refuse_empty(args)
+    if args.staging == "":
+        raise ConfigError(
+            "--staging '' is empty (an unset shell variable?): give a value, or leave "
+            f"--staging out (default: {default_root()})"
+        )
     root = args.root or default_root()
     scheme = url_scheme(root)
     check_ranges(args)

@@ -9,7 +9,7 @@ without user metadata, local files and HTTP, are trusted on size alone).
 Every object written carries that metadata, so the next run can tell.
 
 Local digests are remembered in ``.headrace-sha256.json`` in the dataset's
-local root, keyed by path, size and modification time: a rerun over a
+local root, keyed by path, size, modification and change time and inode: a rerun over a
 300 GB token file does not read it again to learn that nothing changed.
 """
 
@@ -74,7 +74,12 @@ UploadProgress = Callable[[Uploaded, int, int], None]
 
 
 class DigestCache:
-    """SHA-256 of local files, remembered in a JSON file by (path, size, mtime)."""
+    """SHA-256 of local files, remembered in a JSON file by (path, size, mtime, ctime, inode).
+
+    Not by size and mtime alone: a file written again at its size with its mtime set back
+    (``cp -p``, ``rsync -t``, ``touch -r``) kept the old file's digest, which the stale
+    object matched, so the object was kept. The ctime no program can set back.
+    """
 
     def __init__(self, path: str | None) -> None:
         self.path = path
@@ -95,20 +100,21 @@ class DigestCache:
         return cls(os.path.join(root, DIGEST_CACHE))
 
     def digest(self, path: str) -> str:
-        """The file's SHA-256 (hex), from the cache when its size and mtime are unchanged."""
+        """The file's SHA-256 (hex), from the cache when the file is unchanged."""
         st = os.stat(path)
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         name = os.path.abspath(path)
         with self._lock:
             hit = self._entries.get(name)
-        if hit is not None and hit[:2] == [st.st_size, st.st_mtime_ns]:
-            return str(hit[2])
+        if isinstance(hit, list) and len(hit) == 5 and hit[:4] == stamp:
+            return str(hit[4])
         h = hashlib.sha256()
         with open(path, "rb") as f:
             while block := f.read(_HASH_BYTES):
                 h.update(block)  # hashlib drops the GIL for large blocks
         hexd = h.hexdigest()
         with self._lock:
-            self._entries[name] = [st.st_size, st.st_mtime_ns, hexd]
+            self._entries[name] = [*stamp, hexd]
             self._dirty = True
         return hexd
 
