@@ -807,6 +807,11 @@ class MDSSource(Closing):
         if c.kind == "jpeg":
             return decode_jpeg(b, name=where, mode=self._image_mode)
         if c.kind == "png":
+            head = bytes(b[:12])
+            if head[:2] == b"\xff\xd8" or (head[:4] == b"RIFF" and head[8:] == b"WEBP"):
+                # MDSWriter stores bytes given as they are, and Streaming reads a png
+                # column with PIL's Image.open, whatever format its bytes are.
+                return decode_jpeg(b, name=where, mode=self._image_mode)
             return decode_png(b, name=where, mode=self._image_mode)
         return decode_ndarray(c, b, where)
 

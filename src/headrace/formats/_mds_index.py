@@ -172,6 +172,15 @@ def _get(obj: dict[str, Any], key: str, where: str) -> Any:
     return obj[key]
 
 
+def _normal(name: object) -> object:
+    """``name`` without its ``.`` parts (Streaming's ``merge_index`` writes
+    ``./shard.00000.mds`` for a part's index given as a bare ``index.json``): a folder
+    reads it as the object-store key that a prefix lists, ``shard.00000.mds``."""
+    if not isinstance(name, str):
+        return name
+    return "/".join(p for p in name.split("/") if p != ".")
+
+
 def _is_name(name: object) -> TypeGuard[str]:
     """Whether ``name`` names a file under the index's folder."""
     return (
@@ -218,8 +227,9 @@ def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
         if not isinstance(entry, dict):
             raise FormatError(f"{where}: shard {i} is {type(entry).__name__}, not an object")
         raw = entry.get("raw_data") or {}
-        name = raw.get("basename") if isinstance(raw, dict) else None
-        at = f"{where}: shard {i} ({name or 'no raw_data.basename'})"
+        listed = raw.get("basename") if isinstance(raw, dict) else None
+        name = _normal(listed)
+        at = f"{where}: shard {i} ({listed or 'no raw_data.basename'})"
         if entry.get("format") != "mds":
             raise FormatError(
                 f"{at}: format {entry.get('format')!r}; headrace reads 'mds' shards only "
@@ -238,16 +248,19 @@ def parse_index(data: bytes | memoryview, where: str) -> MDSIndex:
                 f"{_U32_MAX:,}): the index is damaged"
             )
         size = _count(raw.get("bytes"), "raw_data.bytes", at)
+        if size is not None and size > _U32_MAX:
+            # (Uncompressed, it was refused at its first read as "offsets not increasing".)
+            raise FormatError(
+                f"{at}: raw_data.bytes is {size}; a shard's offsets are 32-bit, so it "
+                f"holds at most {_U32_MAX:,} bytes (decompressed): MDSWriter wraps the "
+                "offsets of a larger one (size_limit=None or above 4 GiB), which Streaming "
+                "cannot read either; write the dataset again with a lower size_limit"
+            )
         codec = entry.get("compression")
         if codec:
             family = codec_family(codec, at)
-            if size is not None and size > _U32_MAX:
-                raise FormatError(
-                    f"{at}: raw_data.bytes is {size}; a shard's offsets are 32-bit, so it "
-                    f"holds at most {_U32_MAX:,} bytes decompressed: the index is damaged"
-                )
             zipped = entry.get("zip_data")
-            zname = zipped.get("basename") if isinstance(zipped, dict) else None
+            zname = _normal(zipped.get("basename")) if isinstance(zipped, dict) else None
             if not _is_name(zname):
                 raise FormatError(
                     f"{at}: compressed ({codec!r}) but zip_data.basename does not name a "
