@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
+import numpy as np
 from numpy.typing import NDArray
 
 from headrace._digest import hash_values as _hash_values
@@ -29,8 +30,11 @@ def update_digest(h: Any, batch: Mapping[str, NDArray[Any]]) -> None:
     """
     for name in sorted(batch):
         a = batch[name]
-        kind = "object" if a.dtype == object else a.dtype.str
-        h.update(f"{name}:{kind}:{a.shape};".encode())
+        if a.dtype == object:
+            h.update(f"{name}:object:{a.shape};".encode())
+        else:
+            a = np.ascontiguousarray(a)  # a torch tensor too
+            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
         _hash_values(h, a)
 
 

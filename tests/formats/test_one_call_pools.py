@@ -27,13 +27,13 @@ def test_counting_samples_in_file_headers(tmp_path: Path) -> None:
     for i in range(6):
         np.save(tmp_path / f"r{i:03d}.npy", np.zeros((4 + i, 3), np.float32))
     _ended_by_the_interrupt(
-        "from headrace.formats import FileSource, _file_counts\n"
-        "class Stalled(_file_counts.LocalFile):\n"
+        "from headrace.formats import FileSource, _file_list\n"
+        "class Stalled(_file_list.LocalFile):\n"
         "    def pread_into(self, buf, offset):\n"
         "        if self.path.endswith('r003.npy'):\n"
         "            stuck()\n"
         "        return super().pread_into(buf, offset)\n"
-        "_file_counts.LocalFile = Stalled\n"
+        "_file_list.LocalFile = Stalled\n"  # (the counts open files through the listing)
         f"FileSource({str(tmp_path)!r}, format='npy', samples_per_file='header', in_flight=4)\n"
     )
 
