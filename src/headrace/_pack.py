@@ -50,7 +50,7 @@ def pack(batch: Batch) -> Packed:
     read-only field is copied too (torch must not write memory it borrowed),
     and so is one with negative or unaligned strides (torch has neither).
     """
-    groups: dict[tuple[int, str], list[tuple[str, NDArray[Any], int]]] = {}
+    groups: dict[tuple[int, np.dtype[Any]], list[tuple[str, NDArray[Any], int]]] = {}
     alone: list[tuple[str, NDArray[Any]]] = []
     for name, a in batch.items():
         r = _root(a)
@@ -65,7 +65,9 @@ def pack(batch: Batch) -> Packed:
         ):
             alone.append((name, a))
         else:
-            groups.setdefault((id(r), a.dtype.str), []).append((name, a, start))
+            # By dtype, not its string, which several share (ml_dtypes' FP8 kinds: "<V1";
+            # records of other fields, one size: "|V12"): one base, one dtype.
+            groups.setdefault((id(r), a.dtype), []).append((name, a, start))
     bases: list[NDArray[Any]] = []
     fields: dict[str, Field] = {}
     for members in groups.values():

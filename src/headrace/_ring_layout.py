@@ -41,10 +41,11 @@ DtypeAt = str | np.dtype[Any]
 # Where a chunk lies in its slot: regions (byte offset, dtype, shape), each a
 # contiguous copy of one array; per field, (name, region, element offset, shape,
 # element strides) into one of them; per field of samples of several shapes,
-# (name, first region, samples): one region a sample, in order.
+# (name, first region, samples, its place among the batch's keys): one region a
+# sample, in order, after the other fields' regions.
 Region = tuple[int, DtypeAt, tuple[int, ...]]
 FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
-RaggedAt = tuple[str, int, int]
+RaggedAt = tuple[str, int, int, int]
 Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...], tuple[RaggedAt, ...]]
 
 
@@ -108,8 +109,9 @@ def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout
         srcs, packed = pack(dense)
         fields = tuple((name, *packed[name]) for name in dense)
     samples = []
+    keys = list(arrays)
     for name, a in ragged.items():
-        samples.append((name, len(srcs), len(a)))
+        samples.append((name, len(srcs), len(a), keys.index(name)))
         srcs.extend(a)
     regions: list[Region] = []
     pos = 0

@@ -238,7 +238,8 @@ class _Producer:
             size = _size(regions) * -(-loader.max_chunk_steps // len(steps))
             if laid[1][2]:  # samples of several sizes: later chunks' may be larger
                 size += size // 2
-            self.size = size = size + _ALIGN * len(regions)
+            # (At least a line: a batch of no fields takes no bytes, a segment some.)
+            self.size = size = max(size + _ALIGN * len(regions), _ALIGN)
             name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
             self.shm = shm = self.named.create(name, size, self.cfg.slots)
             assert shm.buf is not None  # set by create=True

@@ -365,9 +365,15 @@ class WorkerBatches:
                 while not out.poll(watch.due_in()):
                     watch.poll()
             msg = out.recv_bytes()
-        except EOFError:
+        except (EOFError, OSError) as exc:
+            # EOF, or EOF inside a message ("OSError: got end of file during message": a
+            # worker killed while it sent a chunk too large for the pipe, pickled).
+            if not self._procs:
+                raise  # closed meanwhile, from another thread: _run says so
             p = self._procs[w]
             p.join(timeout=1)
+            if isinstance(exc, OSError) and p.exitcode is None:
+                raise  # the pipe's own error, its worker alive
             text = f"headrace worker {w} (pid {p.pid}) {_ended(p.exitcode, t)}"
             if p.exitcode is not None and p.exitcode > 0 and not self._heard[w]:
                 text += _NEVER_STARTED
@@ -421,10 +427,14 @@ class WorkerBatches:
             out[name] = np.ndarray(
                 shape, b.dtype, buffer=b, offset=off * isz, strides=tuple(x * isz for x in strides)
             )
-        for name, first, n in ragged:  # per sample, as the source gave them
+        keys = list(out)
+        for name, first, n, at in ragged:  # per sample, as the source gave them
             samples = out[name] = np.empty(n, dtype=object)
             for j in range(n):
                 samples[j] = bases[first + j].reshape(regions[first + j][2])
+            keys.insert(at, name)
+        if ragged:  # in the batch's order (its samples lie after the other fields)
+            out = {k: out[k] for k in keys}
         if copy:
             self._pending.append((w, s))  # returned at the next step: the copies are made
         else:
