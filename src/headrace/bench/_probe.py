@@ -34,9 +34,10 @@ import mmap
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -99,6 +100,23 @@ class Result:
     #: the share of its requests whose pages were all in memory as it started (the
     #: rounds' mean): 0 where the drop worked; figures above 0 are partly memory reads
     cached_before: float
+
+
+class ProbeInterrupted(BaseException):
+    """Ctrl-C or SIGTERM mid-probe, with the report of what was measured before it
+    (``report``, marked ``interrupted``) and the interrupt (``cause``) to go on with once
+    that is printed and written: a long probe stopped printed nothing of its minutes. A
+    BaseException, as the interrupt it carries."""
+
+    def __init__(self, report: dict[str, Any], cause: KeyboardInterrupt | SystemExit) -> None:
+        super().__init__("Ctrl-C" if isinstance(cause, KeyboardInterrupt) else "SIGTERM")
+        self.report, self.cause = report, cause
+
+
+def interrupted_skip(stopped: BaseException) -> str:
+    """Why a measurement has no figures: the probe was stopped before it ran."""
+    how = "Ctrl-C" if isinstance(stopped, KeyboardInterrupt) else "SIGTERM"
+    return f"not measured: the probe was interrupted ({how}) before it ran"
 
 
 def rates(ops: int, nbytes: int, seconds: float) -> tuple[float | None, float | None]:
@@ -421,48 +439,58 @@ def probe(
         skipped.append({"mode": "pread, odirect", "engine": "uring", "reason": ring_pool().reason})
     meas = measurements(row_bytes, odirect, engines, mapped=mapped)
     plan = _plan(meas, rounds, file_bytes, ops, seed)
-    acc: dict[int, list[float]] = {i: [0, 0.0] for i in range(len(meas))}
+    # requests, seconds and bytes of the rounds done (an interrupt leaves some undone)
+    acc: dict[int, list[float]] = {i: [0, 0.0, 0] for i in range(len(meas))}
+    done: dict[int, list[int]] = {i: [] for i in range(len(meas))}  # each round's requests
     cached: dict[int, list[float]] = {i: [] for i in range(len(meas))}
     ok = dict.fromkeys(range(len(meas)), True)
     ran: dict[int, set[str]] = {i: set() for i in range(len(meas))}
     # Engines whose O_DIRECT reads the filesystem refused, though it took the open (some
     # FUSE mounts answer EINVAL): the read's error, which stopped the whole probe.
     refused: dict[str, str] = {}
+    stopped: KeyboardInterrupt | SystemExit | None = None
     ref_fd = os.open(path, os.O_RDONLY)
     try:
         holes = hole_bytes(ref_fd, file_bytes)
-        for r in range(rounds):
-            order = range(len(meas)) if r % 2 == 0 else reversed(range(len(meas)))
-            for i in order:
-                ranges = plan[i, r]
-                if not ranges or (meas[i].mode == "odirect" and meas[i].engine in refused):
-                    continue
-                if drop_cache:  # before each one: no measurement reads another's pages
-                    drop_pages(path)
-                cached[i].append(_cached_share(ref_fd, file_bytes, ranges))
-                try:
-                    with RangeReader(meas[i].config()) as reader:
-                        f = reader.file(path)
-                        # Map or open before the clock starts: probes time reads only.
-                        if meas[i].mode == "mmap":
-                            _ = f.mapped
-                        elif meas[i].mode == "odirect":
-                            _ = f.direct_fd
-                        t0 = time.perf_counter()
-                        got = reader.read(path, ranges)
-                        seconds = time.perf_counter() - t0
-                        ran[i].add(reader.stats.engine)
-                except (HeadraceError, OSError) as exc:
-                    if meas[i].mode != "odirect":
-                        raise
-                    refused[meas[i].engine] = str(exc)
-                    continue
-                h = hashlib.sha256()
-                for g in got:
-                    h.update(g.tobytes())
-                ok[i] = ok[i] and h.hexdigest() == _reference_digest(ref_fd, ranges)
-                acc[i][0] += len(ranges)
-                acc[i][1] += seconds
+        try:
+            for r in range(rounds):
+                order = range(len(meas)) if r % 2 == 0 else reversed(range(len(meas)))
+                for i in order:
+                    ranges = plan[i, r]
+                    if not ranges or (meas[i].mode == "odirect" and meas[i].engine in refused):
+                        continue
+                    if drop_cache:  # before each one: no measurement reads another's pages
+                        drop_pages(path)
+                    cached[i].append(_cached_share(ref_fd, file_bytes, ranges))
+                    try:
+                        with RangeReader(meas[i].config()) as reader:
+                            f = reader.file(path)
+                            # Map or open before the clock starts: probes time reads only.
+                            if meas[i].mode == "mmap":
+                                _ = f.mapped
+                            elif meas[i].mode == "odirect":
+                                _ = f.direct_fd
+                            t0 = time.perf_counter()
+                            got = reader.read(path, ranges)
+                            seconds = time.perf_counter() - t0
+                            ran[i].add(reader.stats.engine)
+                    except (HeadraceError, OSError) as exc:
+                        if meas[i].mode != "odirect":
+                            raise
+                        refused[meas[i].engine] = str(exc)
+                        continue
+                    h = hashlib.sha256()
+                    for g in got:
+                        h.update(g.tobytes())
+                    ok[i] = ok[i] and h.hexdigest() == _reference_digest(ref_fd, ranges)
+                    acc[i][0] += len(ranges)
+                    acc[i][1] += seconds
+                    acc[i][2] += sum(n for _, n in ranges)
+                    done[i].append(len(ranges))
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # What was measured so far is reported (marked interrupted), then the
+            # interrupt goes on: a probe stopped after minutes printed nothing.
+            stopped = exc
     finally:
         os.close(ref_fd)
     skipped.extend(
@@ -480,6 +508,7 @@ def probe(
         if m.mode == "odirect" and m.engine in refused:
             continue  # said above, once: not "no stripe", nor a first round's figure alone
         if n == 0:
+            planned = any(plan[i, r] for r in range(rounds))
             skipped.append(
                 {
                     "mode": m.mode,
@@ -487,14 +516,16 @@ def probe(
                     "pattern": m.pattern,
                     "request_bytes": m.request_bytes,
                     "in_flight": m.in_flight,
-                    "reason": f"no stripe of the file for it: {file_bytes:,} bytes is too few "
+                    "reason": interrupted_skip(stopped)
+                    if stopped is not None and planned
+                    else f"no stripe of the file for it: {file_bytes:,} bytes is too few "
                     "to give every measurement its own",
                 }
             )
             continue
-        nbytes = sum(length for _, length in (x for r in range(rounds) for x in plan[i, r]))
-        shortest = min(len(plan[i, r]) for r in range(rounds) if plan[i, r])
-        ops_per_s, mb_per_s = rates(n, nbytes, s)
+        # Of the rounds done: an interrupt can leave a measurement's second undone.
+        ops_per_s, mb_per_s = rates(n, int(acc[i][2]), s)
+        shortest = min(done[i])
         results.append(
             Result(
                 mode=m.mode,
@@ -510,13 +541,13 @@ def probe(
                 ops_per_s=ops_per_s,
                 mb_per_s=mb_per_s,
                 verified=ok[i],
-                cached_before=round(float(np.mean(cached[i])), 4),
+                cached_before=round(float(np.mean(cached[i][: len(done[i])])), 4),
             )
         )
     fs = filesystem_of(path)
     # tmpfs and ramfs pages are the file itself: DONTNEED cannot drop them.
     memory = fs["fstype"] in MEMORY_FS
-    return {
+    report = {
         "path": path,
         "filesystem": fs,
         "cache": "memory" if memory else ("dropped" if drop_cache else "kept"),
@@ -525,9 +556,14 @@ def probe(
         "hole_bytes": holes,
         "mb": "10^6 bytes",
         "rounds": rounds,
+        #: stopped (Ctrl-C, SIGTERM) before every round was done: figures of those done
+        "interrupted": stopped is not None,
         "results": [asdict(x) for x in results],
         "skipped": skipped,
     }
+    if stopped is not None:
+        raise ProbeInterrupted(report, stopped)
+    return report
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -551,14 +587,31 @@ def _run_object(args: argparse.Namespace) -> int:
     from headrace.bench._probe_objects import probe_object
     from headrace.bench._probe_objects import table as object_table
 
-    report = probe_object(
-        args.path,
-        row_bytes=args.row_bytes,
-        ops=args.ops,
-        seed=args.seed,
-        store_options=_store_options(args),
-    )
+    try:
+        report = probe_object(
+            args.path,
+            row_bytes=args.row_bytes,
+            ops=args.ops,
+            seed=args.seed,
+            store_options=_store_options(args),
+        )
+    except ProbeInterrupted as part:
+        _interrupted(args.json, part, object_table)
     return _output(args.json, report, object_table(report))
+
+
+def _interrupted(
+    json_path: str | None, part: ProbeInterrupted, render: Callable[[dict[str, Any]], str]
+) -> NoReturn:
+    """Print and write what was measured before Ctrl-C or SIGTERM (marked interrupted),
+    then go on with the interrupt (exit 130 or 143): a long probe stopped printed nothing
+    of what it had measured."""
+    if part.report["results"]:
+        _output(json_path, part.report, render(part.report))
+    else:  # a bare "interrupted" left a script looking for the --json file
+        wrote = f"; no report written to {json_path}" if json_path else ""
+        _say(f"interrupted ({part}) before any measurement was done{wrote}")
+    raise part.cause
 
 
 def _output(json_path: str | None, report: dict[str, Any], text: str) -> int:
@@ -616,6 +669,16 @@ def run(args: argparse.Namespace) -> int:
         # file:///d/x.bin --json /d/x.bin: the file the URL names, not the URL, compared
         data = file_url_path(args.path) if args.path.startswith("file://") else args.path
         refuse_output_over_input("--json", args.json, data, ())
+    if args.path.startswith("file://"):
+        local = Path(file_url_path(args.path))
+        if local.exists() and not local.is_file() and not local.is_dir():
+            # A FIFO named by its file:// URL: the object store's open waited for a
+            # writer forever (Ctrl-C, SIGTERM and `timeout` did not stop it).
+            _say(
+                f"{args.path}: not a regular file (a FIFO, a device?); give a file on the "
+                "storage to probe, or a folder there to write a scratch file in",
+            )
+            return 2
     if is_object_url(args.path):
         return _run_object(args)
     scratch: Path | None = None
@@ -695,14 +758,18 @@ def run(args: argparse.Namespace) -> int:
             "object URL (s3://bucket/key)",
         )
         return 2
+    stopped: ProbeInterrupted | None = None
     try:
-        report = probe(
-            path,
-            row_bytes=args.row_bytes,
-            ops=args.ops,
-            seed=args.seed,
-            drop_cache=not args.keep_cache,
-        )
+        try:
+            report = probe(
+                path,
+                row_bytes=args.row_bytes,
+                ops=args.ops,
+                seed=args.seed,
+                drop_cache=not args.keep_cache,
+            )
+        except ProbeInterrupted as part:
+            report, stopped = part.report, part
         report["scratch"] = scratch is not None
         report["stats"] = stats
         if read_only is not None:
@@ -710,4 +777,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if scratch is not None:
             scratch.unlink(missing_ok=True)
+    if stopped is not None:
+        _interrupted(args.json, stopped, table)
     return _output(args.json, report, table(report))

@@ -24,8 +24,14 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import Result, rates
-from headrace.bench._probe_table import in_flight_cell, number_cell, shallow_note, untimed_note
+from headrace.bench._probe import ProbeInterrupted, Result, interrupted_skip, rates
+from headrace.bench._probe_table import (
+    in_flight_cell,
+    interrupted_note,
+    number_cell,
+    shallow_note,
+    untimed_note,
+)
 from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
@@ -35,6 +41,8 @@ __all__ = ["probe_object", "table"]
 SIZES = (4096, 1 << 20, 8 << 20)
 DEPTHS = (1, 8, 32, 64)
 _BUDGET = 256 << 20  # bytes per measurement at most
+#: the most bytes a round at its depth holds in memory (and as many again to check them)
+_DEPTH_BUDGET = 1 << 30
 
 
 @dataclass(kw_only=True, slots=True)
@@ -76,27 +84,49 @@ def probe_object(
             # The byte budget never cuts a round below its depth (8 MiB requests got 16
             # a round, so their "64 in flight" rows had 16 at most); only --ops does.
             n = max(1, min(ops, max(4 * depth, 16), _BUDGET // req) // rounds)
-            n = max(n, min(depth, ops // rounds))
+            # Nor past _DEPTH_BUDGET: --row-bytes 1G asked for 64 GETs of 1 GiB at once
+            # at depth 64 (and as many again to check them), 128 GiB in memory.
+            n = max(n, min(depth, ops // rounds, max(1, _DEPTH_BUDGET // req)))
             for r in range(rounds):
                 plan[i, r] = [(int(o), req) for o in rng.integers(0, size - req + 1, n)]
         acc = {i: [0, 0.0] for i in range(len(meas))}
+        done: dict[int, list[int]] = {i: [] for i in range(len(meas))}  # each round's GETs
         lat: dict[int, list[float]] = {i: [] for i in range(len(meas))}
         ok = dict.fromkeys(range(len(meas)), True)
-        for r in range(rounds):
-            order = list(range(len(meas)))
-            for i in order if r % 2 == 0 else reversed(order):
-                ranges = plan[i, r]
-                before = len(store.stats.latencies_s)
-                t0 = time.perf_counter()
-                got = store.get_many([(key, o, n) for o, n in ranges], max_in_flight=meas[i][1])
-                acc[i][1] += time.perf_counter() - t0
-                acc[i][0] += len(ranges)
-                lat[i].extend(list(store.stats.latencies_s)[before:])
-                want = store.get_ranges(key, ranges, coalesce=0)
-                ok[i] = ok[i] and _digest(got) == _digest(want)
+        stopped: KeyboardInterrupt | SystemExit | None = None
+        try:
+            for r in range(rounds):
+                order = list(range(len(meas)))
+                for i in order if r % 2 == 0 else reversed(order):
+                    ranges = plan[i, r]
+                    before = len(store.stats.latencies_s)
+                    t0 = time.perf_counter()
+                    got = store.get_many([(key, o, n) for o, n in ranges], max_in_flight=meas[i][1])
+                    seconds = time.perf_counter() - t0
+                    took = list(store.stats.latencies_s)[before:]
+                    want = store.get_ranges(key, ranges, coalesce=0)
+                    ok[i] = ok[i] and _digest(got) == _digest(want)
+                    acc[i][1] += seconds
+                    acc[i][0] += len(ranges)
+                    lat[i].extend(took)
+                    done[i].append(len(ranges))
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # What was measured so far is reported (marked interrupted), then the
+            # interrupt goes on: a probe stopped after minutes printed nothing.
+            stopped = exc
     results = []
     for i, (req, depth) in enumerate(meas):
         n, s = int(acc[i][0]), float(acc[i][1])
+        if stopped is not None and not done[i]:
+            skipped.append(
+                {
+                    "mode": "get",
+                    "request_bytes": req,
+                    "in_flight": depth,
+                    "reason": interrupted_skip(stopped),
+                }
+            )
+            continue
         ops_per_s, mb_per_s = rates(n, n * req, s)
         results.append(
             _Result(
@@ -104,7 +134,7 @@ def probe_object(
                 pattern="random",
                 request_bytes=req,
                 in_flight=depth,
-                in_flight_reached=min(depth, min(len(plan[i, r]) for r in range(rounds))),
+                in_flight_reached=min(depth, min(done[i])),
                 engine="obstore",
                 ops=n,
                 seconds=round(s, 6),
@@ -116,7 +146,7 @@ def probe_object(
             )
         )
     endpoint = str(store_options.get("endpoint") or "")
-    return {
+    report = {
         "path": url,
         "filesystem": {
             "fstype": urlsplit(url).scheme,
@@ -127,9 +157,14 @@ def probe_object(
         "file_bytes": size,
         "mb": "10^6 bytes",
         "rounds": rounds,
+        #: stopped (Ctrl-C, SIGTERM) before every round was done: figures of those done
+        "interrupted": stopped is not None,
         "results": [asdict(x) for x in results],
         "skipped": skipped,
     }
+    if stopped is not None:
+        raise ProbeInterrupted(report, stopped)
+    return report
 
 
 def _digest(parts: list[memoryview]) -> str:
@@ -170,10 +205,13 @@ def table(report: dict[str, Any]) -> str:
                 f"{deep['in_flight_reached']} in flight = "
                 f"{deep['ops_per_s'] / one['ops_per_s']:.1f}x one at a time"
             )
+    lines.extend(interrupted_note(report))
     lines.extend(shallow_note(report["results"]))
     lines.extend(untimed_note(report["results"]))
     lines.extend(
-        f"skipped {x['request_bytes']}-byte requests: {x['reason']}"
+        f"skipped {x['request_bytes']}-byte requests"
+        + (f" x{x['in_flight']}" if "in_flight" in x else "")
+        + f": {x['reason']}"
         for x in report.get("skipped", [])
     )
     return "\n".join(lines)

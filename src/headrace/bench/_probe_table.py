@@ -7,7 +7,15 @@ from typing import Any
 
 from headrace.bench._probe_stats import line as stats_line
 
-__all__ = ["BLOCK", "in_flight_cell", "number_cell", "shallow_note", "table", "untimed_note"]
+__all__ = [
+    "BLOCK",
+    "in_flight_cell",
+    "interrupted_note",
+    "number_cell",
+    "shallow_note",
+    "table",
+    "untimed_note",
+]
 
 #: the probe's block: its 4 KiB random request, and O_DIRECT's alignment
 BLOCK = 4096
@@ -38,6 +46,15 @@ def untimed_note(results: list[dict[str, Any]]) -> list[str]:
     return [
         f"note: {len(untimed)} measurement(s) timed 0 s (quicker than the clock ticks): "
         "no rate for them (-, null in the JSON); raise --ops"
+    ]
+
+
+def interrupted_note(report: dict[str, Any]) -> list[str]:
+    if not report.get("interrupted"):
+        return []
+    return [
+        "note: interrupted (Ctrl-C or SIGTERM) before every round was done: the figures "
+        "are of the rounds done (ops), the rest not measured (interrupted in the JSON)"
     ]
 
 
@@ -134,6 +151,7 @@ def table(report: dict[str, Any]) -> str:
             f"{top['mode']} {top['pattern']} {top['request_bytes']}): those figures are "
             "partly page-cache reads"
         )
+    lines.extend(interrupted_note(report))
     lines.extend(shallow_note(report["results"]))
     lines.extend(untimed_note(report["results"]))
     few = [x for x in report["results"] if x["pattern"] == "random" and x["ops"] < _FEW_OPS]
