@@ -73,7 +73,7 @@ def test_an_empty_entry_is_reported_by_its_size_not_a_negative_count(tmp_path: P
         RuntimeWarning, match=r"has 0 bytes, fewer than its 16-byte checksum trailer"
     ) as w:
         assert c.read(f"{URL}0", 100, "e") is None
-    assert "-16" not in str(w[0].message)
+    assert "has -16 bytes" not in str(w[0].message)  # (a temp path may hold "-16")
     assert not entry.exists() and c.stats.bad_entries == 1
 
 
