@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _http import serving
 from headrace.errors import ConfigError, TransientStorageError
 from headrace.io._object_tries import Tries
 from headrace.io._objects import ObjectStore
@@ -106,15 +107,8 @@ class _SlowDown(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def slow_down() -> Iterator[str]:
     """The URL of an HTTP server that answers every GET 503 Slow Down."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowDown)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(_SlowDown) as url:
+        yield url
 
 
 def _given_up(url: str, policy: RetryPolicy) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import http.server
 import logging
 import socket
-import threading
 from collections.abc import Iterator
 
 import obstore.exceptions as obx
 import pytest
 
+from _http import serving
 from headrace.errors import ObjectNotFoundError, TransientStorageError
 from headrace.io._objects import ObjectStore
 from headrace.io._retry import RetryPolicy, classify, is_connection_failure, is_throttle
@@ -31,15 +31,8 @@ class _ByName(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ByName)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(_ByName) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
