@@ -52,6 +52,7 @@ from headrace.io._object_open import open_store
 from headrace.io._object_stats import ObjectStats
 from headrace.io._object_tries import Tries
 from headrace.io._put import takes_metadata
+from headrace.io._ranges import at_least
 from headrace.io._retry import RetryPolicy, classify, is_panic
 from headrace.io._runtime_fork import check_runtime
 
@@ -372,7 +373,7 @@ class ObjectStore(Closing):
         small ranges into a few large GETs.
         """
         ranges = [check_range(offset, length) for offset, length in ranges]
-        coalesce = _at_least("coalesce", coalesce, 0)
+        coalesce = at_least("coalesce", coalesce, 0)
         store = self._live(key)
         wanted = [(o, n) for o, n in ranges if n > 0]
         if not wanted:
@@ -540,7 +541,7 @@ class ObjectStore(Closing):
         fails, no new request starts, those in flight finish, and the error of the
         earliest failed request (in request order) is raised.
         """
-        max_in_flight = _at_least("max_in_flight", max_in_flight, 1)
+        max_in_flight = at_least("max_in_flight", max_in_flight, 1)
         normalized = [normalize(r) for r in requests]
         if not normalized:
             return []
@@ -618,12 +619,3 @@ class ObjectStore(Closing):
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""
         return [(key, info.size) for key, info in self.list_info(prefix)]
-
-
-def _at_least(name: str, value: Any, least: int) -> int:
-    """``value`` as a Python int, refused unless an integer >= ``least``: Python's or
-    NumPy's (as offsets are: check_range), not a bool. (A bad ``coalesce`` reached obstore
-    and was said as a StorageError of the object: "OverflowError: can't convert ...".)"""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
-        raise ConfigError(f"{name} must be an integer >= {least} (got {value!r}).")
-    return int(value)

@@ -90,6 +90,14 @@ def whole_number(v: object) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | np.integer)
 
 
+def at_least(name: str, value: object, least: int) -> int:
+    """``value`` as a Python int, refused (``ConfigError`` naming ``name``) unless a
+    :func:`whole_number` >= ``least``."""
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < least:
+        raise ConfigError(f"{name} must be an integer >= {least} (got {value!r}).")
+    return int(value)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Coalesced:
     """Spans to read, and where each request lies in them.

@@ -18,10 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
-
-from headrace.errors import ConfigError, StorageError
+from headrace.errors import StorageError
 from headrace.io._loop import LoopThread
+from headrace.io._ranges import at_least
 from headrace.io._waits import result
 
 __all__ = ["QueueStats", "RequestQueue"]
@@ -48,13 +47,7 @@ class RequestQueue:
     """
 
     def __init__(self, max_in_flight: int, *, name: str = "headrace-requests") -> None:
-        if (
-            isinstance(max_in_flight, bool)
-            or not isinstance(max_in_flight, int | np.integer)
-            or max_in_flight < 1
-        ):
-            raise ConfigError(f"max_in_flight must be an integer >= 1 (got {max_in_flight!r}).")
-        self.max_in_flight = int(max_in_flight)
+        self.max_in_flight = at_least("max_in_flight", max_in_flight, 1)
         self._name = name
         self._lock = threading.Lock()
         self._loop: LoopThread | None = None
