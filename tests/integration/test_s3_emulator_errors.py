@@ -34,6 +34,8 @@ def _refused(endpoint: str) -> bool:
         socket.create_connection(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])), timeout=5).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:  # accepted, then reset: the server is still dying
+        return False
     return False
 
 

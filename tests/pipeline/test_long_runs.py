@@ -3,8 +3,9 @@
 Counted, never timed: descriptors by target, threads by pool, the objects the garbage
 collector tracks, headrace's process-wide tables, and the heap ``tracemalloc`` traces,
 each at two marks after a warm-up (the later one after four times the steps or cycles
-of the first's stretch). A leak of 100 bytes or one object a step (a cycle) fails each
-bound below several times over; benchmarks/soak.py measures the same at 20,000 steps.
+of the first's stretch). A leak of one object or 100 bytes a step, or of one object or
+2 KB a cycle, fails the bounds below; benchmarks/soak.py measures the same at 20,000
+steps.
 """
 
 from __future__ import annotations
@@ -222,7 +223,11 @@ def test_open_use_close_cycles_hold_what_the_first_ones_held(
         if cycle in (28, 29, 30, 128, 129, 130):
             marks[cycle] = _mark()
     before, after = [marks[c] for c in (28, 29, 30)], [marks[c] for c in (128, 129, 130)]
-    _assert_flat(before, after, 100, tmp_path, nbytes=1000)
+    # 2,000 bytes a cycle: the interpreter's own small blocks held after a cycle grow
+    # until about cycle 400 and stay there (Parquet, 2026-12-07: +40 KB from cycle 30 to
+    # 400, then flat to cycle 1,400, held by no object the collector sees; 103,591 bytes
+    # from cycle 30 to 130 once in CI, against a bound of 1,000 a cycle).
+    _assert_flat(before, after, 100, tmp_path, nbytes=2000)
 
 
 def test_the_soak_script_reports_growth_and_refuses_an_unknown_scenario(tmp_path: Path) -> None:
