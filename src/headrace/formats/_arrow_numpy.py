@@ -14,6 +14,8 @@ from numpy.typing import NDArray
 __all__ = [
     "bits",
     "booleans",
+    "list_views",
+    "lists",
     "null_rows",
     "numbers",
     "one_batch",
@@ -157,3 +159,53 @@ def _wide(pa: Any, typ: Any) -> Any:
     if t.is_struct(typ):
         return pa.struct([f.with_type(_wide(pa, f.type)) for f in typ])
     return typ
+
+
+def list_views(pa: Any, typ: Any) -> Any:
+    """``typ`` with each list view in it (``list_view``, ``large_list_view``: Arrow 14's
+    lists, each row an offset and a size into the values) as a list of the same offset
+    width: the type :func:`lists` reads its arrays as. ``typ`` itself where it has none."""
+    t = pa.types
+    if t.is_list_view(typ) or t.is_large_list_view(typ):
+        field = typ.value_field.with_type(list_views(pa, typ.value_type))
+        return pa.large_list(field) if t.is_large_list_view(typ) else pa.list_(field)
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
+        value = typ.value_type  # (a new object at each ask)
+        inner = list_views(pa, value)
+        if inner is value:
+            return typ
+        field = typ.value_field.with_type(inner)
+        if t.is_fixed_size_list(typ):
+            return pa.list_(field, typ.list_size)
+        return pa.large_list(field) if t.is_large_list(typ) else pa.list_(field)
+    return typ
+
+
+def lists(pa: Any, arr: Any) -> Any:
+    """``arr`` with each list view in it as a list (:func:`list_views`): each row's values
+    copied in row order. A list view's rows may lie anywhere in its values, out of order
+    or overlapping; pyarrow 26's cast of such a one to a list builds an invalid array (or
+    the wrong rows), so the rows are gathered here by ``flatten``. ``arr`` itself (no
+    copy) where it holds no list view."""
+    typ = list_views(pa, arr.type)
+    if typ is arr.type:
+        return arr
+    t = pa.types
+    mask = arr.is_null() if arr.null_count else None
+    if t.is_fixed_size_list(arr.type):
+        k = arr.type.list_size
+        values = lists(pa, arr.values.slice(arr.offset * k, len(arr) * k))
+        return pa.FixedSizeListArray.from_arrays(values, type=typ, mask=mask)
+    if t.is_list_view(arr.type) or t.is_large_list_view(arr.type):
+        lengths = zero_filled(arr.value_lengths()).astype(np.int64)  # (null rows: null)
+        first, values = 0, arr.flatten()  # each valid row's values, in row order
+    else:  # a list of list views
+        raw = numbers(arr.offsets).astype(np.int64)
+        lengths, first = np.diff(raw), int(raw[0])
+        values = arr.values.slice(first, int(raw[-1]) - first)
+    offsets = np.zeros(len(arr) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    large = t.is_large_list(typ)
+    kind = pa.LargeListArray if large else pa.ListArray
+    width = pa.int64() if large else pa.int32()
+    return kind.from_arrays(pa.array(offsets, width), lists(pa, values), type=typ, mask=mask)

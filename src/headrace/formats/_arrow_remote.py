@@ -106,6 +106,7 @@ class ArrowIndex:
         "columns",
         "dictionaries",
         "dictionaries_before",
+        "dictionary_nulls",
         "heads",
         "nodes",
         "nulls",
@@ -126,6 +127,7 @@ class ArrowIndex:
         buffers: list[NDArray[np.int64] | None],
         dictionaries: list[tuple[int, int, int, int]] | None = None,
         dictionaries_before: list[int] | None = None,
+        dictionary_nulls: list[int] | None = None,
     ) -> None:
         self.schema_message = schema_message  # the schema's whole message (prefix included)
         self.spans = spans  # (offset, length) of each record batch's message, body included
@@ -145,6 +147,9 @@ class ArrowIndex:
         # each id, the last of those that is not a delta and the deltas after it.
         self.dictionaries = dictionaries or []
         self.dictionaries_before = dictionaries_before or [0] * len(spans)
+        # Each dictionary batch's null values (its header's count): a row whose index
+        # points at one is null, though the record batch's header counts no null there.
+        self.dictionary_nulls = dictionary_nulls or [0] * len(self.dictionaries)
 
 
 class MessageSizes:
@@ -331,6 +336,7 @@ class _Walk:
         all_nodes: list[NDArray[np.int64]] = []
         all_buffers: list[NDArray[np.int64] | None] = []
         dictionaries: list[tuple[int, int, int, int]] = []
+        dictionary_nulls: list[int] = []
         before: list[int] = []
         tops: list[int] = []  # each top-level column's first field node
         buffers: list[int] | None = None  # each top-level column's buffer count
@@ -413,6 +419,11 @@ class _Walk:
                     key = meta.scalar(header, 0, "<q")  # DictionaryBatch: id, data, isDelta
                     delta = meta.scalar(header, 2, "<B")
                     dictionaries.append((at, pre + length + body, key, delta))
+                    data = meta.table(header, 1)  # its values: a record batch of one column
+                    values = meta.structs(data, 1) if data is not None else None
+                    dictionary_nulls.append(
+                        int(values[0, 1]) if values is not None and len(values) else 0
+                    )
                 elif kind == _RECORD_BATCH:
                     if not schema_message or header is None:
                         raise _Corrupt("a record batch before the schema, or without a header")
@@ -462,6 +473,7 @@ class _Walk:
             all_buffers,
             dictionaries,
             before,
+            dictionary_nulls,
         )
 
     @staticmethod
@@ -690,6 +702,14 @@ class RemoteArrow(RemotePart):
                 f"read when the file was opened, said {self.rows[i]}"
             )
         return self.decoded(i, batch, names)
+
+    def null_dictionaries(self, group: int) -> bool:
+        """Whether a dictionary batch written before record batch ``group`` holds null
+        values (an index pointing at one is a null row its header does not count); an
+        index pickled before they were counted says so for every batch."""
+        nulls = getattr(self.index, "dictionary_nulls", None)
+        k = self.index.dictionaries_before[group]
+        return bool(k) and (nulls is None or any(nulls[:k]))
 
     def field_nodes(self, column: str, field: tuple[str, ...]) -> list[int]:
         """The field nodes (indices into each ``index.nodes``) of top-level ``column``

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_numpy import numbers, valid_rows, zero_filled
+from headrace.formats._arrow_numpy import lists, numbers, valid_rows, zero_filled
 from headrace.formats._map_fill import FillPolicy
 from headrace.formats._ragged import Nested, Ragged
 from headrace.formats._table_fill import fill_maps, mapped
@@ -48,6 +48,7 @@ def column_view(pa: Any, col: TableColumn, path: str, where: str, arr: Any) -> t
             arr = arr.dictionary_decode()  # a copy of this span's values, nulls kept
         if isinstance(arr.type, pa.BaseExtensionType) and not (col.shape or col.item_shape):
             arr = arr.storage  # (pa.json_(), pa.uuid(): read as the values they hold)
+        arr = lists(pa, arr)  # list views: their rows copied into a list, in row order
         # A local Arrow file is mapped and read without a copy: its lengths are the
         # file's own, and a damaged one (a list's values of negative length) made
         # NumPy read outside a buffer: a segfault. validate() checks lengths against

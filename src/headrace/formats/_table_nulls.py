@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import FormatError
-from headrace.formats._arrow_numpy import null_rows, numbers, valid_rows, zero_filled
+from headrace.formats._arrow_numpy import lists, null_rows, numbers, valid_rows, zero_filled
 from headrace.formats._arrow_remote import RemoteArrow
 from headrace.formats._map_guard import populate_buffers, struct_buffers
 from headrace.formats._table_part import _Part
@@ -272,9 +272,13 @@ def refuse_stored_nulls(
                 if items is not None and columns[n].listed and not columns[n].decoded:
                     itemed |= bool(part.index.nodes[int(si)][nodes[int(pi), n][-1] + 1, 1])
             todo = [n for n in names if counts[n].any()]
-            if not todo and not itemed:
+            # A dictionary holding a null: the rows pointing at it are null, uncounted.
+            coded = part.null_dictionaries(int(si)) and any(
+                columns[n].arrow_type.startswith("dictionary<") for n in names
+            )
+            if not todo and not itemed and not coded:
                 continue
-            if not itemed and all(found[n].full for n in todo):
+            if not itemed and not coded and all(found[n].full for n in todo):
                 for n in todo:
                     # A top-level column's header count is its null rows; a struct
                     # field's are the union of its nodes': at least the largest count.
@@ -303,6 +307,8 @@ def refuse_stored_nulls(
                 fixed = tc.kind == "fixed" and pa.types.is_fixed_size_list(
                     getattr(col, "storage", col).type
                 )
+                if hasattr(col, "sizes") and col.values.null_count:  # a list view: as a list
+                    col = lists(pa, col)
                 held = null_item_rows(col, tc.width if fixed else None)
                 if held.size:
                     rows = held[: MAX_NAMED_NULLS - len(items[name].rows)] + int(spans.starts[span])

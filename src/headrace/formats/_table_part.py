@@ -46,7 +46,7 @@ from headrace.formats._table_layout import (
     RECOPY,
 )
 from headrace.formats._table_remote import arrow_named, stored_bytes
-from headrace.formats._table_schema import check_schema, extension_types
+from headrace.formats._table_schema import PARQUET_READ, check_schema, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.io import _in_flight as in_flight
 from headrace.io import deep_io_pool, open_error
@@ -199,7 +199,7 @@ class _Part:
                 # the process without a word; a read's is an error naming the file.
                 # (Decoding copies anyway: 8% fewer batches/s here, within the spread.)
                 with extension_types(path):  # the schema is read here
-                    pf = pq.ParquetFile(path, memory_map=False)
+                    pf = pq.ParquetFile(path, memory_map=False, **PARQUET_READ)
                 self._idle = [pf]
                 md = self._md = pf.metadata
                 self.schema = pf.schema_arrow
@@ -489,7 +489,7 @@ class _Part:
         import pyarrow.parquet as pq
 
         try:
-            pf = pq.ParquetFile(self.path, memory_map=False, metadata=md, **options)
+            pf = pq.ParquetFile(self.path, memory_map=False, metadata=md, **PARQUET_READ, **options)
         except OSError as exc:
             raise self._open_failed(exc) from exc
         try:

@@ -58,7 +58,7 @@ from headrace.formats._table_layout import (
     state_files,
     state_fingerprint,
 )
-from headrace.formats._table_schema import check_schema, extension_types
+from headrace.formats._table_schema import PARQUET_READ, check_schema, extension_types
 from headrace.formats._table_stream import STREAM_BUFFER, GroupStream, Streams
 from headrace.formats._url_glob import (
     ESCAPE_HINT,
@@ -368,7 +368,9 @@ class RemoteParquet(RemotePart):
         try:
             footer_bytes = np.frombuffer(footer, np.uint8)
             with extension_types(url):  # the schema is read here
-                pf = pq.ParquetFile(_Spans(url, size, [(tail, footer_bytes)], self._miss))
+                pf = pq.ParquetFile(
+                    _Spans(url, size, [(tail, footer_bytes)], self._miss), **PARQUET_READ
+                )
             self._md = pf.metadata
             self.schema = pf.schema_arrow
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
@@ -467,7 +469,9 @@ class RemoteParquet(RemotePart):
 
         every = list(range(self._md.num_columns))
         try:
-            pf = pq.ParquetFile(_Spans(self.path, self.size, [], _stop), metadata=self._md)
+            pf = pq.ParquetFile(
+                _Spans(self.path, self.size, [], _stop), metadata=self._md, **PARQUET_READ
+            )
             pf.reader.read_row_group(group, column_indices=every, use_threads=False)
         except _Sound:
             pass
@@ -514,7 +518,9 @@ class RemoteParquet(RemotePart):
         pa = self._pa
         try:
             source = _Spans(self.path, self.size, spans, self._miss)
-            table = pq.ParquetFile(source, metadata=self._md).read_row_group(i, columns=names)
+            table = pq.ParquetFile(source, metadata=self._md, **PARQUET_READ).read_row_group(
+                i, columns=names
+            )
         except (pa.ArrowException, OSError) as exc:
             raise FormatError(
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
@@ -549,7 +555,11 @@ class RemoteParquet(RemotePart):
                     ahead = self.stream_fetch(i, want)
                     ahead.claim()
                 pf = pq.ParquetFile(
-                    ahead, metadata=self._md, pre_buffer=False, buffer_size=STREAM_BUFFER
+                    ahead,
+                    metadata=self._md,
+                    pre_buffer=False,
+                    buffer_size=STREAM_BUFFER,
+                    **PARQUET_READ,
                 )
                 stream = GroupStream(pf, pa, i, names, self.rows[i], n, source=ahead)
             skipped = stream.skipped

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import ConfigError, FormatError
-from headrace.formats._arrow_numpy import numbers, temporal_dtype
+from headrace.formats._arrow_numpy import list_views, lists, numbers, temporal_dtype
 
 __all__ = [
+    "PARQUET_READ",
     "VIEWS",
     "TableColumn",
     "array_feature",
@@ -38,6 +39,14 @@ __all__ = [
     "struct_child",
     "table_columns",
 ]
+
+#: How every Parquet reader here is opened (``pq.ParquetFile(..., **PARQUET_READ)``).
+#: INT96 timestamps (Spark's, Impala's, Hive's; days and nanoseconds of the day) read as
+#: microseconds, as Spark reads them: pyarrow's default nanoseconds hold only the years
+#: 1677 to 2262, and those outside (a warehouse's 9999-12-31 "end of time", a birth
+#: date in 1600) wrapped around without a word. A nanosecond timestamp's last three
+#: digits are dropped (Spark writes none). Other timestamps keep their own unit.
+PARQUET_READ = {"coerce_int96_timestamp_unit": "us"}
 
 #: Arrow's view types of strings and bytes (polars writes them to IPC files), read as
 #: the large type of the same values: ``arr.cast(VIEWS[str(arr.type)]())``, a copy.
@@ -419,6 +428,14 @@ def classify_column(
     if getattr(typ, "extension_name", None) in _STORED_AS_IS:
         inner = classify_column(pa, name, typ.storage_type, path)
         return replace(inner, arrow_type=str(typ), decoded=inner.value_type)
+    plain = list_views(pa, typ)
+    if plain is not typ:  # list views (Arrow 14+): read as the lists they are (a copy)
+        try:
+            inner = classify_column(pa, name, plain, path, metadata, shape, example)
+        except (ConfigError, FormatError) as exc:
+            exc.add_note(f"column {name!r} is stored as {typ}, read as {plain}")
+            raise
+        return replace(inner, arrow_type=str(typ))
     if shape is not None:
         return _shaped_column(pa, name, typ, path, shape)
 
@@ -452,6 +469,12 @@ def classify_column(
             dtype=numeric_dtype(pa, typ.value_type),
             width=typ.list_size,
         )
+    if t.is_fixed_size_list(typ) and temporal_dtype(typ.value_type) is not None:
+        when = temporal_dtype(typ.value_type)
+        assert when is not None
+        return TableColumn(
+            name=name, arrow_type=str(typ), kind="fixed", dtype=when, width=typ.list_size
+        )
     if t.is_fixed_size_binary(typ):  # hashes, ids: each row's k bytes
         return TableColumn(
             name=name,
@@ -466,6 +489,12 @@ def classify_column(
         return TableColumn(
             name=name, arrow_type=str(typ), kind="ragged", dtype=numeric_dtype(pa, typ.value_type)
         )
+    if (t.is_list(typ) or t.is_large_list(typ)) and temporal_dtype(typ.value_type) is not None:
+        # Lists of timestamps (an event log's times): datetime64 / timedelta64 of the
+        # unit as stored, as a timestamp column's, padded with the count pad_values gives.
+        when = temporal_dtype(typ.value_type)
+        assert when is not None
+        return TableColumn(name=name, arrow_type=str(typ), kind="ragged", dtype=when)
     if (
         t.is_string(typ)
         or t.is_binary(typ)
@@ -478,6 +507,12 @@ def classify_column(
     if t.is_struct(typ):
         fields = ", ".join(repr(f"{name}.{f.name}") for f in typ)
         hint = f" Read its fields by name instead, e.g. columns=[{fields}]."
+    elif t.is_decimal(typ):  # (NumPy has no decimal type; which conversion is the user's call)
+        hint = (
+            f" Or write it as numbers: pyarrow's table.cast of {name!r} to float64 "
+            f"(approximate), or to int64 after multiplying by 10**{typ.scale} (exact, "
+            "to 18 digits)."
+        )
     levels, item = _list_levels(pa, typ)
     if (
         len(levels) > 1
@@ -519,8 +554,8 @@ def classify_column(
     raise FormatError(
         f"{path}: column {name!r} has type {typ}, which headrace cannot turn into arrays; "
         "supported: numbers, bool, timestamps, dates, durations and times of day, "
-        "fixed_size_list<number "
-        "or bool>, list<number or bool> (e.g. token ids), lists of fixed-size lists of "
+        "fixed_size_list<number, bool or time>, list<number, bool or time> (e.g. token "
+        "ids), lists of fixed-size lists of "
         "numbers (boxes), lists of lists of numbers given shapes=, fixed-shape tensors, "
         "string/binary, fixed_size_binary. "
         f"Leave it out with columns=[...].{hint}"
@@ -570,7 +605,7 @@ def first_shape(pa: Any, arr: Any) -> tuple[int, ...]:
     """The shape of the first row of ``arr`` (nested lists), following each level's first
     list: ``(80, 3000)`` for a row of 80 lists of 3,000 numbers."""
     dims = []
-    level = arr.slice(0, 1)
+    level = lists(pa, arr.slice(0, 1))
     t = pa.types
     while t.is_list(level.type) or t.is_large_list(level.type) or t.is_fixed_size_list(level.type):
         level = level.flatten()
@@ -792,9 +827,11 @@ def _loose(pa: Any, schema: Any) -> Any:
     ``string_view`` or ``binary_view``, polars' IPC files' strings, too) and
     dictionary encoding (a pandas ``category``, whose index width follows its count of
     categories; decoded per span) do not matter, nor does the columns' order; value
-    types do. Until 2026-12-03 such shards side by side were refused."""
+    types do. Until 2026-12-03 such shards side by side were refused. A list view
+    (``list_view``, Arrow 14+) is read as a list, so it is one here too."""
 
     def loose(typ: Any) -> Any:
+        typ = list_views(pa, typ)  # (a list view holds lists: read as one)
         if pa.types.is_dictionary(typ):
             return loose(typ.value_type)
         if str(typ) in VIEWS:

@@ -266,7 +266,7 @@ class TableSource(Closing):
         }
         for c, v in self.pad_values.items():
             try:  # at open, as PaddedRows' pad_id: not at the first batch
-                check_pad_value(v, cols[c].dtype)
+                check_pad_value(v, _counts(cols[c].dtype))
             except ConfigError as exc:
                 if c in self.label_columns:
                     how = (
@@ -577,6 +577,9 @@ class TableSource(Closing):
                 out.update(self._decoder.decode(c, v, names))
                 continue
             if isinstance(v, Ragged):
+                when = v.values.dtype if v.values.dtype.kind in "mM" else None
+                if when is not None:  # times: padded as their counts of the unit
+                    v = Ragged(values=v.values.view(np.int64), offsets=v.offsets)
                 try:
                     values, mask = v.pad(
                         self.widths[c],
@@ -596,7 +599,7 @@ class TableSource(Closing):
                             "width items"
                         ) from exc
                     raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
-                out[c], out[f"{c}_mask"] = values, mask
+                out[c], out[f"{c}_mask"] = values if when is None else values.view(when), mask
             elif isinstance(v, Nested):
                 pair = self.list_widths[c]
                 beyond = None if self.truncate else v.overflow(pair)
@@ -657,3 +660,10 @@ class TableSource(Closing):
 
     def __repr__(self) -> str:
         return f"TableSource({self.table!r}, widths={self.widths})"
+
+
+def _counts(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype a column's pad value is checked against: its own, or for lists of
+    timestamps, dates and durations (datetime64 / timedelta64) the int64 counts of their
+    unit (0: the epoch; -2**63: NaT), which their padding is written as."""
+    return np.dtype(np.int64) if dtype.kind in "mM" else dtype
