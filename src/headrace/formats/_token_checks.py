@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from headrace.formats._tokens import (
     TokenFormat,
     describe_token_file,
     open_token_file,
+    reads_head,
 )
 from headrace.io import file_url_path
 from headrace.io._daemon_pool import one_call_pool
@@ -50,7 +52,8 @@ def describe_files(
     named = [str(f) for f in files if not isinstance(f, TokenFile) and is_object_url(f)]
     urls = len(named)
     # Made here, not raced for by the threads; shards sharing a bucket are listed first.
-    stores = list_shards(remote(), named) if urls else None
+    heads = partial(_reads_head, dtype=dtype, format=format)
+    stores = list_shards(remote(), named, heads) if urls else None
 
     def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile:
         if isinstance(f, TokenFile):
@@ -74,6 +77,12 @@ def describe_files(
         return list(pool.map(one, files))
 
 
+def _reads_head(
+    url: str, listed: Callable[[str], bool], *, dtype: DTypeLike | None, format: TokenFormat
+) -> bool:
+    return reads_head(url, dtype, format, listed)
+
+
 def _note_not_a_file(path: str, exc: StorageError) -> None:
     """An object URL not found that may be a prefix of shards: say how to name one."""
     if is_object_url(path) and isinstance(exc, ObjectNotFoundError):
@@ -94,7 +103,7 @@ def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> 
         )
     seen: dict[object, str] = {}
     for f in files:
-        if f.segments is None:
+        if f.segments is None or f.format == "llmc":  # (an llm.c shard is one file)
             # The (device, inode) its open saw (a stat for a TokenFile made by hand): the
             # same file under another path, a symbolic or hard link, is the same inode.
             same: object = _url_inode(f.path) if f.remote else (f.identity or _inode(f.path))

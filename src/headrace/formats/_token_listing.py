@@ -11,6 +11,16 @@ and only sidecars that exist are read. The NPY check moves to the shard's first
 read, which gives out no bytes before the first ones pass it (one GET of them
 alongside, at first use: :meth:`~headrace.formats._object_files.RemoteFile.read_into`).
 
+An llm.c or modded-nanogpt shard's header gives its dtype and length, which the
+source is laid out by: they are needed when it is opened, not at its first read. A
+listed shard with neither sidecar nor index is therefore still read (one GET of its
+first bytes, as a sidecar would cost) with ``format="llmc"``, and with ``"auto"``
+when no ``dtype`` is given (else a raw shard is refused for want of one; not for a
+nanoGPT ``train.bin``/``val.bin``) or its name is llm.c's (``fineweb_train_000001.bin``,
+``tiny_shakespeare_val.bin``): :func:`~headrace.formats._tokens.reads_head`. Other
+shards (raw ones given a ``dtype``) cost no request; an llm.c header found at their
+first read is refused, naming the fix (leave ``dtype`` out, or ``format="llmc"``).
+
 The rule for when not to list: a single shard (one GET, as before); a URL whose path
 has a ``.``, ``..`` or empty part (a listing spells its key otherwise); a listing
 that fails (403: a policy may grant GET but not LIST; 405: plain HTTP servers
@@ -29,7 +39,7 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from headrace.errors import ConfigError, ObjectNotFoundError, StorageError
 from headrace.formats._megatron import CheckedIndex
@@ -52,9 +62,18 @@ class ListedFiles:
     """:class:`~headrace.formats._tokens.TokenFiles` answered from listings where a shard's
     directory was listed, else by ``files`` (a GET each)."""
 
-    def __init__(self, files: ObjectFiles, roots: dict[str, dict[str, ObjectInfo]]) -> None:
+    def __init__(
+        self,
+        files: ObjectFiles,
+        roots: dict[str, dict[str, ObjectInfo]],
+        heads: Callable[[str, Callable[[str], bool]], bool] | None = None,
+    ) -> None:
         self._files = files
         self._roots = roots  # listed directory -> {url: info} of every object under it
+        # Whether a listed shard's first bytes are read all the same (given the shard and
+        # whether the listing holds a URL): one that may be an llm.c shard, whose header
+        # gives its dtype and length (:func:`~headrace.formats._tokens.reads_head`).
+        self._heads = heads
 
     def _listed(self, path: str) -> tuple[str, dict[str, ObjectInfo]] | None:
         if not _listable(path):
@@ -75,6 +94,8 @@ class ListedFiles:
                 errno.ENOENT,
                 f"{path}: no such object (not among the {len(infos)} listed under {root}/)",
             )
+        if self._heads is not None and self._heads(path, infos.__contains__):
+            return self._files.head(path, length)
         return None, info.size, info.etag
 
     def read(self, path: str) -> bytes | None:
@@ -116,10 +137,15 @@ def _gone(path: str, root: str) -> ObjectNotFoundError:
     )
 
 
-def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:
+def list_shards(
+    files: ObjectFiles,
+    urls: Sequence[str],
+    heads: Callable[[str, Callable[[str], bool]], bool] | None = None,
+) -> ListedFiles:
     """:class:`ListedFiles` for opening the object ``urls``: each bucket's shards (when at
     least ``LIST_MIN_SHARDS``) from one listing of their common directory (see the module
-    doc for when it is not listed)."""
+    doc for when it is not listed). ``heads(url, listed)``: whether a listed shard's first
+    bytes are read all the same (``listed(u)``: whether the listing holds ``u``)."""
     buckets: dict[str, list[str]] = {}
     for url in filter(_listable, urls):  # others open one by one
         scheme, _, rest = url.partition("://")
@@ -142,4 +168,4 @@ def list_shards(files: ObjectFiles, urls: Sequence[str]) -> ListedFiles:
             continue
         if listed is not None:
             roots[root] = dict(listed)
-    return ListedFiles(files, roots)
+    return ListedFiles(files, roots, heads)

@@ -90,6 +90,14 @@ class TokenSource(WindowCache):
     (``s3://bucket/data/*.bin``) or prefix ending in ``/`` (its ``.bin`` objects), each
     read as the sorted list of what it names (see :mod:`headrace.formats._token_paths`).
 
+    ``format``: ``"auto"`` tells each file by what is beside and in it (see
+    :func:`~headrace.formats.open_token_file`): a Megatron ``.idx``, a dtype sidecar, an
+    llm.c or modded-nanogpt shard's header (``fineweb_train_000001.bin``: its tokens
+    follow a 1,024-byte header that gives their dtype and count, and are read from
+    there), or nanoGPT's ``train.bin``/``val.bin`` name; ``"raw"``, ``"nanogpt"``,
+    ``"llmc"`` or ``"megatron"`` says it for every file. Each file is read by its own
+    format, so llm.c shards and raw files mix in one source (of one dtype).
+
     Files may be object URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
     ``file://``; ``store_options`` go to :class:`headrace.io.ObjectStore`):
     their windows are buffered and blocks are ranged GETs, up to ``in_flight``

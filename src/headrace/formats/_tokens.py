@@ -1,5 +1,13 @@
 """Flat token files: raw ``.bin`` (dtype from an argument or a JSON sidecar),
-nanoGPT's uint16 ``train.bin``/``val.bin``, and Megatron-LM ``.bin``/``.idx`` pairs.
+nanoGPT's uint16 ``train.bin``/``val.bin``, llm.c and modded-nanogpt shards (a 1,024-byte
+header, then the tokens), and Megatron-LM ``.bin``/``.idx`` pairs.
+
+An llm.c shard (``fineweb_train_000001.bin``) is told by its header, 256 int32: a magic
+and version that give its dtype (20240520 and 1: uint16; 20240801 and 7: uint32), its
+token count, zeros. Its :class:`TokenFile` is one byte range of the file
+(``segments``: bytes ``[1024, 1024 + count * itemsize)``), so every read of it, local or
+on object storage, is shifted past the header by :mod:`~headrace.formats._packed`'s
+segment reads, and its size must be the header's to the byte.
 """
 
 from __future__ import annotations
@@ -7,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -31,12 +40,13 @@ __all__ = [
     "check_token_head",
     "describe_token_file",
     "open_token_file",
+    "reads_head",
     "refuse_npy_tokens",
     "write_token_sidecar",
 ]
 
 TOKEN_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int32))
-TokenFormat = Literal["auto", "raw", "nanogpt", "megatron"]
+TokenFormat = Literal["auto", "raw", "nanogpt", "llmc", "megatron"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,9 @@ class TokenFile:
 
     ``path`` is a local path or an object URL; ``etag`` is the object's entity
     tag when it was opened (URLs only), so a replaced object is refused.
+
+    ``format`` ``"llmc"`` (an llm.c or modded-nanogpt shard): the tokens are the
+    ``segments`` range of ``members`` (the file itself) after its 1,024-byte header.
 
     ``segments`` (an ``(n, 3)`` array: index into ``members``, offset and length
     in bytes) makes the tokens the concatenation of those byte ranges of the
@@ -95,7 +108,7 @@ class TokenFile:
             "dtype": self.dtype.str,
             "format": self.format,
         }
-        if self.members:
+        if self.members and self.format != "llmc":  # an llm.c shard's is itself
             out["members"] = [os.path.basename(m) for m in self.members]
         if self.dataset:
             out["dataset"] = self.dataset
@@ -168,10 +181,13 @@ class TokenFiles(Protocol):
 class _LocalFiles:
     def __init__(self) -> None:
         self.identity: tuple[int, int] | None = None  # of the file whose head was read
+        self.version = ""  # its device:inode:mtime_ns (an llm.c shard's reads check it)
 
     def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         with LocalFile(path) as f:  # raises ObjectNotFoundError naming the path
             self.identity = f.identity
+            st = os.fstat(f.fd)
+            self.version = f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
             return memoryview(f.pread(0, min(length, f.size)).tobytes()), f.size, None
 
     # lexists: a dangling link (a .idx or .json linked in from a moved folder) is opened,
@@ -270,7 +286,9 @@ def open_token_file(
     """Describe a token file after checking it; reads only sizes and headers.
 
     ``format="auto"`` picks Megatron when its index exists (``PATH`` minus
-    ``.bin`` plus ``.idx``; ``PATH.idx`` for a path not ending in ``.bin``),
+    ``.bin`` plus ``.idx``; ``PATH.idx`` for a path not ending in ``.bin``), llm.c
+    (``"llmc"``) for a file without a sidecar that starts with an llm.c or
+    modded-nanogpt header (its tokens, of the header's dtype and count, follow it),
     nanoGPT for ``train.bin``/``val.bin`` without a sidecar (uint16), and raw
     otherwise (dtype from ``dtype`` or the ``PATH.json`` sidecar). ``path`` may be an
     object URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``file://``);
@@ -285,6 +303,9 @@ def open_token_file(
         # and index, and two workers could each pin another version.
         local = _LocalFiles()
         described = describe_token_file(p, dtype, format, local)
+        if described.format == "llmc":  # read as segments: of this version of the file only
+            stamp = ((_LLMC_HEAD + described.nbytes, local.version),)
+            return dataclasses.replace(described, identity=local.identity, member_stamps=stamp)
         return dataclasses.replace(described, identity=local.identity)
     stores = ObjectFiles(options)
     try:
@@ -302,16 +323,20 @@ def describe_token_file(
     except ObjectNotFoundError as exc:
         _refuse_megatron_prefix(p, files, exc)
         raise
-    idx = p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
+    idx = _index_path(p)
     side = _sidecar_path(p)
     index = files.index(idx, size) if format in ("auto", "megatron") else None
     side_raw: bytes | None = None
+    if format == "llmc":
+        return _llmc_file(p, dtype, head, size, etag, files)
     if format == "auto":
         if index is not None:
             format = "megatron"
         else:
             side_raw = files.read(side)
-            nanogpt = p.rsplit("/", 1)[-1] in ("train.bin", "val.bin")
+            if side_raw is None and head is not None and _llmc_header(head) is not None:
+                return _llmc_file(p, dtype, head, size, etag, files)
+            nanogpt = _nanogpt_name(p)
             format = "nanogpt" if nanogpt and dtype is None and side_raw is None else "raw"
     elif format in ("raw", "nanogpt"):  # auto's nanoGPT has none: it read it above
         side_raw = files.read(side)
@@ -340,7 +365,9 @@ def describe_token_file(
         if side_dt is not None and dt != side_dt:
             raise ConfigError(f"{p}: dtype {dt} given but the sidecar says {side_dt}")
     else:
-        raise ConfigError(f"{p}: unknown token format {format!r} (auto, raw, nanogpt, megatron)")
+        raise ConfigError(
+            f"{p}: unknown token format {format!r} (auto, raw, nanogpt, llmc, megatron)"
+        )
     if format != "megatron" and head is not None:
         check_token_head(p, format, size, head, files)
     if tokens is not None and size != tokens * dt.itemsize:
@@ -362,6 +389,41 @@ def describe_token_file(
         etag,
         check_head=head is None and format != "megatron",
     )
+
+
+def _index_path(p: str) -> str:
+    """Where a Megatron token file's index is: ``PATH`` minus ``.bin`` plus ``.idx``."""
+    return p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
+
+
+def _nanogpt_name(p: str) -> bool:
+    """Whether ``p`` is named as nanoGPT's prepare scripts name their uint16 files."""
+    return p.rsplit("/", 1)[-1] in ("train.bin", "val.bin")
+
+
+#: How llm.c's (and modded-nanogpt's) scripts name their shards: NAME_SPLIT.bin and
+#: NAME_SPLIT_000001.bin (fineweb_train_000001.bin, tiny_shakespeare_val.bin).
+_LLMC_NAME = re.compile(r"_(train|val)(_\d+)?\.bin$")
+
+
+def reads_head(
+    p: str, dtype: DTypeLike | None, format: TokenFormat, listed: Callable[[str], bool]
+) -> bool:
+    """Whether opening ``p``, whose size a listing gave (``listed(url)``: whether that
+    listing holds ``url``), must still read its first bytes (one GET): an llm.c shard's
+    header gives its dtype and length, which the source is laid out by. Read with
+    ``format="llmc"``; with ``"auto"``, unless a sidecar or index says what the file is,
+    when no ``dtype`` is given (a raw file would be refused for want of one; not for a
+    nanoGPT ``train.bin``/``val.bin``) or its name is one llm.c gives its shards. Other
+    shards keep the listing's saving (a raw shard given a ``dtype`` costs no request):
+    an llm.c header found at their first read is refused, naming the fix."""
+    if format == "llmc":
+        return True
+    if format != "auto" or listed(_index_path(p)) or listed(_sidecar_path(p)):
+        return False
+    if dtype is None:
+        return not _nanogpt_name(p)
+    return _LLMC_NAME.search(p) is not None
 
 
 def _refuse_megatron_prefix(p: str, files: TokenFiles, missing: ObjectNotFoundError) -> None:
@@ -390,11 +452,11 @@ def check_token_head(
     p: str, format: str, size: int, head: memoryview, files: TokenFiles | None = None
 ) -> None:
     """Refuse a raw or nanoGPT token file whose first bytes show it is not one: an NPY
-    file, text, Parquet or Arrow, or (nanoGPT) uint32 tokens. At open, or (a file opened
-    from a listing) before its first read gives out any bytes."""
+    file, text, Parquet or Arrow, an llm.c shard's header, or (nanoGPT) uint32 tokens.
+    At open, or (a file opened from a listing) before its first read gives out any bytes."""
     refuse_npy_tokens(p, head, files)
     refuse_non_tokens(p, head)
-    _refuse_llmc_header(p, head, size)
+    _refuse_llmc_header(p, format, head, size)
     if format == "nanogpt":
         _refuse_wide_nanogpt(p, head, size)
 
@@ -406,26 +468,102 @@ _LLMC_HEADERS: dict[int, tuple[int, np.dtype[np.generic]]] = {
     20240801: (7, np.dtype(np.uint32)),
 }
 _LLMC_HEAD = 1024  # 256 int32: magic, version, token count, then zeros
+_LLMC_SAID = "int32 magic 20240520, version 1: uint16 tokens; 20240801, version 7: uint32"
+
+_LlmcHeader = tuple[int, int, int, np.dtype[np.generic]]  # magic, version, count, dtype
 
 
-def _refuse_llmc_header(p: str, head: memoryview, size: int) -> None:
-    """Refuse an llm.c or modded-nanogpt shard (``fineweb_train_000001.bin``): its tokens
-    follow a 1,024-byte header, which read as raw tokens would be 512 uint16 (256
-    uint32) ids at the start of the shard, silently."""
+def _llmc_header(head: memoryview) -> _LlmcHeader | None:
+    """The llm.c header that ``head`` (a file's first bytes) starts with, if it does:
+    a known magic followed by its version (the magic alone may be two token ids)."""
     if len(head) < 12:
-        return
+        return None
     magic, version, count = (int(v) for v in np.frombuffer(head[:12], dtype="<i4"))
     if _LLMC_HEADERS.get(magic, (None,))[0] != version:
-        return
-    dt = _LLMC_HEADERS[magic][1]
+        return None
+    return magic, version, count, _LLMC_HEADERS[magic][1]
+
+
+def _llmc_file(
+    p: str,
+    dtype: DTypeLike | None,
+    head: memoryview | None,
+    size: int,
+    etag: str | None,
+    files: TokenFiles,
+) -> TokenFile:
+    """An llm.c shard's tokens: ``count`` of the header's dtype from byte 1,024, read as
+    that one byte range of the file. A ``dtype`` that disagrees is refused, and so is a
+    file whose size is not the header's to the byte (cut short, or written onto)."""
+    header = None if head is None else _llmc_header(head)
+    if header is None:
+        if head is not None:  # an NPY file or text: say so, not "no header"
+            check_token_head(p, "raw", size, head, files)
+        first = b"" if head is None else bytes(head[: min(12, len(head)) // 4 * 4])
+        words = np.frombuffer(first, "<i4").tolist()
+        raise FormatError(
+            f"{p}: format='llmc' reads llm.c/modded-nanogpt token shards, which start with "
+            f"a {_LLMC_HEAD}-byte header ({_LLMC_SAID}), but its first int32 words are "
+            f"{words}: not such a shard. For headerless tokens leave format out, or pass "
+            "format='raw' with their dtype"
+        )
+    magic, version, count, dt = header
+    said = f"its llm.c header (magic {magic}, version {version})"
+    if count < 0:
+        raise FormatError(
+            f"{p}: {said} gives a token count {count}: a damaged header (llm.c writes the "
+            "shard's token count, >= 0); write the shard again"
+        )
+    if dtype is not None and _check_dtype(p, dtype) != dt:
+        raise ConfigError(
+            f"{p}: dtype {np.dtype(dtype)} given but {said} says {dt} tokens: read as "
+            f"{np.dtype(dtype)} they would be other ids. Leave dtype out (the header gives "
+            f"it) or pass dtype='{dt}'"
+        )
     want = _LLMC_HEAD + count * dt.itemsize
-    sized = "" if size == want else f" (the file has {size} bytes, the header says {want})"
+    if size < want:
+        raise DataError(
+            f"{p}: truncated: {said} says {count} {dt} tokens after its {_LLMC_HEAD}-byte "
+            f"header, {want} bytes in all, but the file has {size} bytes: a copy or "
+            "download cut short; fetch or write the shard again"
+        )
+    if size > want:
+        raise DataError(
+            f"{p}: {said} says {count} {dt} tokens after its {_LLMC_HEAD}-byte header, "
+            f"{want} bytes in all, but the file has {size} bytes, {size - want} past its "
+            "tokens: written onto since (another shard appended?), and the header no longer "
+            "says what it holds; write the shard again"
+        )
+    return TokenFile(
+        p,
+        dt,
+        count,
+        "llmc",
+        None,
+        etag,
+        members=(p,),
+        segments=np.array([[0, _LLMC_HEAD, count * dt.itemsize]], dtype=np.int64),
+        member_infos=((size, etag),) if is_object_url(p) else (),
+    )
+
+
+def _refuse_llmc_header(p: str, format: str, head: memoryview, size: int) -> None:
+    """Refuse an llm.c or modded-nanogpt shard (``fineweb_train_000001.bin``) opened as
+    headerless tokens (``format='raw'``, ``'nanogpt'``, or a dtype sidecar beside it): its
+    header would be read as 512 uint16 (256 uint32) ids at the start of the shard."""
+    header = _llmc_header(head)
+    if header is None:
+        return
+    magic, version, count, dt = header
+    want = _LLMC_HEAD + count * dt.itemsize
+    sized = "" if size == want else f"; the file has {size} bytes, the header says {want}"
     raise FormatError(
-        f"{p}: an llm.c/modded-nanogpt token shard (magic {magic}, version {version}): a "
-        f"{_LLMC_HEAD}-byte header, then {count} {dt} tokens{sized}. Read as raw tokens, "
-        f"the header would be {_LLMC_HEAD // dt.itemsize} ids at the start of the shard. "
-        f"Write its tokens raw once, np.fromfile(path, dtype=np.{dt}, offset={_LLMC_HEAD})"
-        f".tofile(out), and read those with dtype='{dt}'"
+        f"{p}: an llm.c/modded-nanogpt token shard (magic {magic}, version {version}: a "
+        f"{_LLMC_HEAD}-byte header, then {count} {dt} tokens{sized}) opened as headerless "
+        f"{format} tokens, which would read the header as {_LLMC_HEAD // dt.itemsize} ids at "
+        f"the start of the shard. Its header gives its dtype and length: pass "
+        f"format='llmc' to read its tokens (a dtype sidecar says a file is headerless: "
+        f"remove {_sidecar_path(p)}, if there is one, to leave format out)"
     )
 
 

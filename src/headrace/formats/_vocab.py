@@ -149,4 +149,5 @@ def token_place(f: TokenFile, at: int) -> str:
             f"{shard}: column {column!r}, row {row - f.member_rows[member]}, position "
             f"{position} (row {row} of the dataset, token offset {at} of the packed stream)"
         )
-    return f"{f.path}: token offset {at} (byte {at * f.dtype.itemsize})"
+    first = int(f.segments[0, 1]) if f.format == "llmc" and f.segments is not None else 0
+    return f"{f.path}: token offset {at} (byte {first + at * f.dtype.itemsize})"
