@@ -40,6 +40,11 @@ _MODE_HINT = (
     " (images of several modes, as in a PNG set mixing grey, RGB and RGBA: read them with "
     "FileSource(..., image_mode='RGB'), as torchvision's loader reads them)"
 )
+# Pillow resizes "LA" and "RGBA" through premultiplied alpha, each colour scaled by
+# the last band and back (an RGB-D array's colours changed by its depth: 200 came out
+# 170 to 255); as "La" and "RGBa" (premultiplied already, to Pillow) every band is
+# resized alone, as grey and RGB are: 2- and 4-channel uint8 images are read as these.
+_BAND_BY_BAND = {2: "La", 4: "RGBa"}
 _resize = _SharedPool("headrace-resize", "HEADRACE_RESIZE_THREADS", min(8, _usable_cpus()))
 
 
@@ -63,7 +68,8 @@ class RandomCrop:
     array; ``<key>_shape`` is dropped. ``flip``: mirror left-right with
     probability 1/2. An image smaller than ``size`` in a dimension is placed
     in the middle of that dimension and the rest filled with ``fill``.
-    Offsets and flips are drawn from each sample's own generator.
+    Offsets and flips are drawn from each sample's own generator. Channels-first
+    ``(C, H, W)`` images of 1 to 4 channels are refused, not cropped as ``(H, W, C)``.
     """
 
     size: tuple[int, int]
@@ -93,6 +99,7 @@ class RandomCrop:
                     f"RandomCrop: sample {int(samples.numbers[i])}'s {self.key!r} has shape "
                     f"{img.shape}; expected (height, width) or (height, width, channels)"
                 )
+            _check_channels_last(self, img, int(samples.numbers[i]))
             if out is None:
                 out = _filled(self, (len(images), height, width, *img.shape[2:]), img, samples, i)
             elif img.shape[2:] != out.shape[3:] or _order(img) != out.dtype:
@@ -129,6 +136,10 @@ class RandomResizedCrop:
     channels each as grey ``L``), grey ``(H, W)``
     or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])`` array of their
     dtype and loses ``<key>_shape``. Every draw is from the sample's own generator.
+    No channel changes another: 2 and 4 channels (grey + alpha, RGBA, RGB-D) are
+    resized band by band, not through the premultiplied alpha of Pillow's own ``LA``
+    and ``RGBA`` resize (the same pixels where alpha is 255). Channels-first
+    ``(C, H, W)`` images of 1 to 4 channels are refused, not cropped as ``(H, W, C)``.
     """
 
     size: tuple[int, int]
@@ -206,13 +217,15 @@ class CenterCrop:
 
     ``resize``: an integer resizes each image so its shorter side has that many pixels
     (the longer one ``int(resize * long / short)``), a ``(height, width)`` to that size;
-    bilinear, with Pillow, as torchvision resizes a PIL image; ``None``: no resize.
+    bilinear, with Pillow, as torchvision resizes a PIL image (2 and 4 channels band
+    by band, as :class:`RandomResizedCrop` resizes them); ``None``: no resize.
     Then the centre ``size`` = (height, width) is cut out, its corner at
     ``round((H - height) / 2)`` as torchvision rounds it; an image smaller than
     ``size`` is padded with zeros as torchvision pads it first. The same images as
     ``Compose([Resize(resize), CenterCrop(size)])`` on the PIL images, in one
     ``(B, height, width[, C])`` array; ``<key>_shape`` is dropped. No randomness: a
-    sample's crop is the same in every epoch.
+    sample's crop is the same in every epoch. Channels-first ``(C, H, W)`` images of 1
+    to 4 channels are refused, as by :class:`RandomCrop`.
     """
 
     size: tuple[int, int]
@@ -312,6 +325,7 @@ def _check_image(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it {takes} "
             "(H, W) or (H, W, C) images"
         )
+    _check_channels_last(t, img, number)
     if resizes and 0 in img.shape[:2]:  # a resize's scale divides by its sides
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, an image of no "
@@ -321,6 +335,24 @@ def _check_image(
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, the first was "
             f"{out.dtype} with channels {out.shape[3:]}{_MODE_HINT}"
+        )
+
+
+def _check_channels_last(
+    t: RandomCrop | RandomResizedCrop | CenterCrop, img: NDArray[Any], number: int
+) -> None:
+    """Refuse an image that is plainly channels first, ``(C, H, W)`` as PyTorch and
+    rasterio hold them: 1 to 4 "rows" (an image's channel counts) of more than 4 pixels
+    of more than 4 "channels" (``(3, 224, 224)`` was cropped or resized as 3 rows of 224
+    pixels, 224 channels, into nonsense). Channels first of more than 4 bands cannot be
+    told from an image's ``(H, W, C)``, and are taken as that."""
+    if img.ndim == 3 and img.shape[0] <= 4 and min(img.shape[1:]) > 4:
+        raise errors.DataError(
+            f"{type(t).__name__}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}: "
+            f"channels first (C, H, W), it seems, where it takes (H, W, C) images (or "
+            f"{img.shape[0]} rows of {img.shape[2]} channels, which it will not guess); "
+            "store them as (H, W, C), or move the axis before this transform "
+            "(np.moveaxis(image, 0, -1))"
         )
 
 
@@ -343,12 +375,19 @@ def _resized(
     for 224 x 224 x 3 against Pillow's 19, measured in isolation). uint8 grey or colour;
     uint16 as Pillow's 16-bit grey ``I;16``, a colour image channel by channel (Pillow
     has no 16-bit colour mode), and so is uint8 of more than 4 channels (multispectral
-    bands: Pillow has no mode for them, and said only "Cannot handle this data type")."""
+    bands: Pillow has no mode for them, and said only "Cannot handle this data type").
+    No band changes another: 2 and 4 channels are resized as "La" and "RGBa" (see
+    :data:`_BAND_BY_BAND`), not through Pillow's premultiplied alpha."""
     if a.ndim == 3 and a.shape[2] > 1 and (a.dtype == np.uint16 or a.shape[2] > 4):
         planes = [_resized(image_mod, a[..., c], width, height, mirror) for c in range(a.shape[2])]
         return np.stack(planes, axis=-1)
-    one = a[..., 0] if a.ndim == 3 and a.shape[2] == 1 else a
-    pil = image_mod.fromarray(np.ascontiguousarray(one))
+    one = np.ascontiguousarray(a[..., 0] if a.ndim == 3 and a.shape[2] == 1 else a)
+    if one.ndim == 3 and one.shape[2] in _BAND_BY_BAND:
+        mode = _BAND_BY_BAND[one.shape[2]]
+        size = (one.shape[1], one.shape[0])
+        pil = image_mod.frombuffer(mode, size, one, "raw", mode, 0, 1)
+    else:
+        pil = image_mod.fromarray(one)
     pil = pil.resize((width, height), image_mod.Resampling.BILINEAR)
     if mirror:
         pil = pil.transpose(image_mod.Transpose.FLIP_LEFT_RIGHT)

@@ -320,7 +320,9 @@ def test_random_resized_crop_of_the_whole_image_at_its_size_is_the_image() -> No
 @pytest.mark.parametrize("channels", [0, 3, 4])
 def test_random_resized_crop_is_torchvisions_crop_resize_and_flip(channels: int) -> None:
     # What torchvision's RandomResizedCrop + RandomHorizontalFlip do to a PIL image,
-    # written out with Pillow: crop, bilinear resize, then FLIP_LEFT_RIGHT.
+    # written out with Pillow: crop, bilinear resize, then FLIP_LEFT_RIGHT. 4 channels
+    # band by band (as "RGBa", as torchvision resizes a tensor): no premultiplied alpha
+    # (tests/test_transforms_s49.py).
     from PIL import Image
 
     rng = np.random.default_rng(4)
@@ -332,7 +334,11 @@ def test_random_resized_crop_is_torchvisions_crop_resize_and_flip(channels: int)
     mirrored = 0
     for i, sample_rng in enumerate(samples.rngs()):
         top, left, h, w = rrc.region(30, 26, sample_rng)
-        pil = Image.fromarray(imgs[i]).crop((left, top, left + w, top + h))
+        crop = np.ascontiguousarray(imgs[i, top : top + h, left : left + w])
+        if channels == 4:
+            pil = Image.frombuffer("RGBa", (w, h), crop, "raw", "RGBa", 0, 1)
+        else:
+            pil = Image.fromarray(crop)
         pil = pil.resize((11, 9), Image.Resampling.BILINEAR)
         if sample_rng.random() < 0.5:
             pil = pil.transpose(Image.Transpose.FLIP_LEFT_RIGHT)

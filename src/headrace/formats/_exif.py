@@ -1,4 +1,5 @@
 """A JPEG's EXIF orientation tag, read from its bytes, and the turn it asks for.
+(A PNG's too, for one named as a JPEG: :func:`png_orientation`.)
 
 Read here, not by Pillow, so that both decode paths (simplejpeg and Pillow) find
 the same tag the same way, the way Pillow's ``getexif`` (and so
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "exif_tiff",
     "jpeg_orientation",
     "jpeg_segments",
+    "png_orientation",
     "tiff_orientation",
 ]
 
@@ -48,6 +51,11 @@ _NOT_NUMBERS = (1, 2, 7)
 _SIZES = {kind: struct.calcsize("<" + fmt) for kind, fmt in _NUMBERS.items()}
 # The TIFF headers Pillow reads EXIF of (BigTIFF's, which no camera writes, aside).
 _TIFF_ORDER = {b"II*\0": "<", b"II\0*": "<", b"MM\0*": ">", b"MM*\0": ">"}
+# A PNG text chunk's keyword for an XMP packet (iTXt, as XMP's specification says; Pillow
+# reads tEXt and zTXt of it too), and the most of one inflated (Pillow's MAX_TEXT_CHUNK).
+_PNG_XMP = b"XML:com.adobe.xmp\0"
+_PNG_TEXT_MOST = 1 << 20
+_PNG_META = frozenset({b"eXIf", b"iTXt", b"tEXt", b"zTXt"})
 # Markers without a length: TEM, RST0-7, SOI, EOI.
 _NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 
@@ -71,6 +79,53 @@ def jpeg_orientation(view: memoryview) -> int:
         elif bytes(view[start : start + len(_XMP)]) == _XMP:
             xmp = view[start + len(_XMP) : stop]  # the last one, as Pillow keeps
     return tiff_orientation(exif, xmp)
+
+
+def png_orientation(view: memoryview) -> int:
+    """The EXIF orientation (1-8) of the PNG in ``view``, as ``PIL.ImageOps.exif_transpose``
+    reads it: the last ``eXIf`` chunk's TIFF data, before or after the image data; where
+    that has none, the last XMP packet's (a text chunk keyed ``XML:com.adobe.xmp``); 1
+    where neither says, or the chunks are cut short."""
+    tiff: bytes | None = None
+    xmp: bytes | None = None
+    pos = 8  # after the signature
+    while pos + 12 <= len(view):
+        length, kind = struct.unpack_from(">I4s", view, pos)
+        if kind == b"IEND":
+            break
+        body = bytes(view[pos + 8 : pos + 8 + length]) if kind in _PNG_META else b""
+        if kind == b"eXIf":
+            tiff = exif_tiff(body)
+        elif body.startswith(_PNG_XMP):
+            xmp = _png_text(kind, body[len(_PNG_XMP) :]) or xmp
+        pos += 12 + length
+    return tiff_orientation(tiff, xmp)
+
+
+def _png_text(kind: bytes, rest: bytes) -> bytes | None:
+    """The text of a PNG text chunk after its keyword: ``tEXt`` as it is, ``zTXt`` and a
+    compressed ``iTXt`` inflated (``None``: damaged, or inflating to over 1 MiB, which
+    Pillow drops too)."""
+    if kind == b"tEXt":
+        return rest
+    if kind == b"iTXt":
+        if len(rest) < 2:
+            return None
+        compressed, rest = rest[0], rest[2:]
+        parts = rest.split(b"\0", 2)  # language, translated keyword, text
+        if len(parts) != 3:
+            return None
+        if not compressed:
+            return parts[2]
+        rest = parts[2]
+    else:  # zTXt: a compression method byte, then zlib data
+        rest = rest[1:]
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(rest, _PNG_TEXT_MOST)
+    except zlib.error:
+        return None
+    return None if inflater.unconsumed_tail else text
 
 
 def tiff_orientation(tiff: bytes | None, xmp: bytes | memoryview | None = None) -> int:

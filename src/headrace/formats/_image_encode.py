@@ -70,7 +70,16 @@ def encode_jpeg(image: NDArray[np.uint8], *, quality: int = 90) -> bytes:
 
 def encode_png(image: NDArray[np.generic], *, compress_level: int = 6) -> bytes:
     """PNG bytes of an ``(H, W)`` or ``(H, W, C)`` image, ``C`` in 1..4 (uint8 or uint16,
-    of either byte order: 8 or 16 bits; C = 2 is grey + alpha)."""
+    of either byte order: 8 or 16 bits; C = 2 is grey + alpha); ``compress_level``:
+    zlib's, 0 (none) to 9 (smallest), or -1 (zlib's default)."""
+    level: object = compress_level
+    if isinstance(level, bool) or not isinstance(level, int | np.integer) or not -1 <= level <= 9:
+        # Else Pillow's "codec configuration error", zlib's "Bad compression level".
+        raise ConfigError(
+            f"PNG compress_level must be an integer in 0..9 (zlib's levels; -1: its "
+            f"default) (got {compress_level!r})"
+        )
+    compress_level = int(compress_level)
     img = np.ascontiguousarray(image)
     if not img.dtype.isnative:  # big-endian samples (FITS, ">u2" buffers): the same image
         img = img.astype(img.dtype.newbyteorder("="))

@@ -17,15 +17,25 @@ Sample schema
 * A JPEG's EXIF orientation tag is not applied by default (as Pillow and
   torchvision): pixels come as stored. ``exif_transpose=True`` turns them upright
   as ``PIL.ImageOps.exif_transpose`` does, on both JPEG paths (orientations 5-8
-  swap height and width); see :mod:`headrace.formats._exif`.
+  swap height and width); see :mod:`headrace.formats._exif`. A PNG named as a JPEG
+  turns as its ``eXIf`` chunk (or XMP packet) says, as Pillow reads them.
+* An animated PNG (APNG) is a PNG: it decodes to its default image (the IDAT
+  chunks': the first frame, or a still shown where animation is not), as libpng,
+  Pillow and torchvision read it; its other frames are not read.
 
 Decoders tolerate no damage: libjpeg and zlib both pad a truncated image
 with grey or zeros and carry on, so the structure is checked first (JPEG:
 SOI at the start and EOI at the end; PNG: signature and a final IEND chunk),
 scan data by simplejpeg's strict mode (CMYK files too, before Pillow decodes
-them), a PNG's image data by its IDAT chunks' CRC-32 (which Pillow skips), and its
-zlib stream whole where ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES``
-would have Pillow accept one cut short (:mod:`headrace.formats._png_stream`).
+them), a progressive JPEG's scans by what they send (every coefficient in full: one
+cut at a scan boundary decodes, blurred, with no warning even in strict mode), a
+PNG's image data by its IDAT chunks' CRC-32 (which Pillow skips), and its zlib
+stream whole where ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` would have Pillow accept
+one cut short (:mod:`headrace.formats._png_stream`); Pillow is given the image data
+less its last byte, so that a stream that ends, whole, before the image's last
+scanline is refused as truncated, not zero-filled. Pillow's path alone (no
+simplejpeg) cannot tell a baseline scan cut short, an EOI appended: its libjpeg
+fills the rest with grey, and Pillow silences libjpeg's warnings.
 Warning filters are left alone (they are process-wide, and decode threads run
 beside the training loop): a warning Pillow issues while decoding goes through
 the process's filters like any other, and is a ``FormatError`` where they make
@@ -46,8 +56,14 @@ from numpy.typing import NDArray
 from headrace._messages import RECOPY
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
-from headrace.formats._exif import apply_orientation, jpeg_orientation, jpeg_segments
-from headrace.formats._png_stream import check_png_crcs, check_png_stream
+from headrace.formats._exif import (
+    _NO_LENGTH,
+    apply_orientation,
+    jpeg_orientation,
+    jpeg_segments,
+    png_orientation,
+)
+from headrace.formats._png_stream import check_png_crcs, check_png_stream, held_back
 
 __all__ = [
     "IMAGE_FORMATS",
@@ -82,6 +98,12 @@ _PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 _FOUR_CHANNEL = ("CMYK", "YCCK")
 # Start-of-frame markers (SOF0-3, 5-7, 9-11, 13-15): the frame's precision comes first.
 _SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC), *range(0xCD, 0xD0)})
+# Progressive start-of-frame markers (SOF2, 6, 10, 14), and start of scan.
+_PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_SOS = 0xDA
+# The next marker after a scan's entropy-coded data: ff followed by neither 00 (a stuffed
+# ff), a restart marker (d0-d7), nor a fill byte (ff).
+_AFTER_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
 _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
 # IHDR's bit depth and colour type bytes (after the signature, the chunk's length and
@@ -236,6 +258,63 @@ def _check_jpeg(view: memoryview, name: str) -> None:
         )
 
 
+def _check_scans(view: memoryview, name: str) -> None:
+    """Refuse a progressive JPEG (its SOI and EOI checked) whose scans end before every
+    coefficient of every component is sent to its last bit (successive approximation 0).
+
+    Cut at a scan boundary, an EOI marker appended (as tools that "repair" a
+    truncated file do), it decodes to the scans it has, blurred or without colour, with
+    no warning from libjpeg: simplejpeg's strict mode took it too. Every progressive
+    script encoders use (libjpeg's, mozjpeg's) sends each coefficient in full. The walk
+    is over markers, the scans' data skipped by a C search (for progressive files only);
+    where it finds what it does not expect, it leaves the file to the decoder."""
+    at, end = 2, len(view)
+    sent: dict[int, list[int]] | None = None  # by component id: each coefficient's last Al
+    scans = 0
+    while at + 4 <= end and view[at] == 0xFF:
+        marker = view[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker == 0xD9:  # EOI
+            break
+        if marker in _NO_LENGTH:
+            at += 2
+            continue
+        (length,) = struct.unpack_from(">H", view, at + 2)
+        body = view[at + 4 : at + 2 + length]
+        at += 2 + length
+        if marker in _SOF:
+            if marker not in _PROGRESSIVE or len(body) < 6:
+                return
+            ids = bytes(body[6 : 6 + 3 * body[5] : 3])
+            sent = {cid: [-1] * 64 for cid in ids}
+        elif marker == _SOS:
+            if sent is None or not body or len(body) < 1 + 2 * body[0] + 3:
+                return
+            n = body[0]
+            ss, se, al = body[1 + 2 * n], body[2 + 2 * n], body[3 + 2 * n] & 0x0F
+            for cid in bytes(body[1 : 1 + 2 * n : 2]):
+                if cid in sent:
+                    sent[cid][ss : min(se, 63) + 1] = [al] * (min(se, 63) + 1 - ss)
+            scans += 1
+            found = _AFTER_SCAN.search(view, at)
+            if found is None:
+                return
+            at = found.start()
+    if sent is None or at + 2 > end or view[at + 1] != 0xD9:
+        return
+    for i, (cid, bits) in enumerate(sent.items()):
+        short = sum(1 for al in bits if al != 0)
+        if short:
+            raise FormatError(
+                f"{name}: truncated progressive JPEG: its {scans} scans end (EOI at byte "
+                f"{at}) before every coefficient is sent in full (component {i + 1}, id "
+                f"{cid}, lacks {short} of its 64 or their last bits): a file cut short at "
+                f"a scan boundary, an EOI marker appended: {RECOPY}"
+            )
+
+
 def decode_jpeg(
     data: Buffer,
     *,
@@ -266,8 +345,7 @@ def decode_jpeg(
         from headrace.formats._webp import decode_webp  # it imports this module
 
         return decode_webp(view, name=name, mode=want, exif_transpose=exif_transpose, out=out)
-    # A PNG named .jpg has no JPEG segments: 1, as stored.
-    turn = jpeg_orientation(view) if exif_transpose else 1
+    turn = _orientation(view) if exif_transpose else 1
     try:
         arr = _decode_jpeg(view, name, use_simplejpeg, want, out if turn == 1 else None)
     except FormatError as exc:
@@ -279,6 +357,12 @@ def decode_jpeg(
     turned = (w, h, c) if turn >= 5 else (h, w, c)  # 5-8 swap height and width
     fits = out is not None and out.shape == turned and out.dtype == arr.dtype
     return apply_orientation(arr, turn, out if fits else None)
+
+
+def _orientation(view: memoryview) -> int:
+    """The EXIF orientation of a JPEG, or of a PNG named as one (its ``eXIf`` chunk, which
+    ``PIL.ImageOps.exif_transpose`` reads too: it was left as stored)."""
+    return png_orientation(view) if bytes(view[:8]) == _PNG_SIG else jpeg_orientation(view)
 
 
 def _check_precision(view: memoryview, name: str, exc: FormatError) -> None:
@@ -308,8 +392,12 @@ def jpeg_layout(
     simplejpeg). A prediction, not a check: the decode is what counts."""
     view = as_bytes_view(data, "image")
     want: ImageMode = mode or "RGB"
-    if bytes(view[:8]) == _PNG_SIG:
-        return png_layout(view, mode=want)  # a PNG named .jpg: decoded to ``want``
+    if bytes(view[:8]) == _PNG_SIG:  # a PNG named .jpg: decoded to ``want``
+        layout = png_layout(view, mode=want)
+        if layout is None or not (exif_transpose and png_orientation(view) >= 5):
+            return layout
+        (height, width, channels), dtype = layout
+        return (width, height, channels), dtype
     if bytes(view[:4]) == b"RIFF" and bytes(view[8:12]) == b"WEBP":
         from headrace.formats._webp import webp_layout  # it imports this module
 
@@ -375,9 +463,9 @@ def _decode_jpeg(
     if bytes(view[:8]) == _PNG_SIG:
         # A PNG named .jpg (ImageNet's train set holds one, crawls many): Pillow, and so
         # torchvision, reads it by its bytes; as RGB it fits the JPEG schema.
-        _check_png(view, name)
-        return _pil_decode(view, name, "PNG", want)
+        return _pil_decode(_check_png(view, name), name, "PNG", want)
     _check_jpeg(view, name)
+    _check_scans(view, name)
     use_sj = _simplejpeg is not None if use_simplejpeg is None else use_simplejpeg
     if use_sj:
         if _simplejpeg is None:  # pragma: no cover
@@ -520,16 +608,18 @@ def _png_mode(img: Any) -> Any:
     return img.convert("RGBA" if "A" in mode else "RGB")
 
 
-def _check_png(view: memoryview, name: str) -> None:
+def _check_png(view: memoryview, name: str) -> memoryview:
     """A PNG must end with its IEND chunk: zlib pads a truncated image and goes on; its
     image data must match its CRC-32s, which Pillow does not check. Where Pillow is told
-    to accept truncated images, its image data is checked whole first."""
+    to accept truncated images, its image data is checked whole first. Returns what
+    Pillow is to decode: ``view`` less its image data's last byte (see
+    :func:`~headrace.formats._png_stream.held_back`)."""
     _check_png_end(view, name)
-    check_png_crcs(view, name)
+    pillows = held_back(view, check_png_crcs(view, name))
     try:
         from PIL import ImageFile
     except ImportError:  # pragma: no cover - the decode says what to install
-        return
+        return pillows
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         if len(view) >= 24 and bytes(view[12:16]) == b"IHDR":
             # The size first, as the decode checks it: a bomb is not inflated whole
@@ -537,6 +627,7 @@ def _check_png(view: memoryview, name: str) -> None:
             width, height = struct.unpack_from(">II", view, 16)
             _check_pixels(height, width, name, "PNG")
         check_png_stream(view, name)
+    return pillows
 
 
 def _check_png_end(view: memoryview, name: str) -> None:
@@ -584,7 +675,7 @@ def decode_png(
         raise FormatError(
             f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}{what}"
         )
-    _check_png(view, name)
+    view = _check_png(view, name)
     if mode is not None:
         return _fit(_pil_decode(view, name, "PNG", mode), out)
     if (

@@ -20,6 +20,11 @@ only under the flag; without it Pillow raises on a stream cut short itself. A st
 that ends whole but holds fewer scanlines than IHDR says (an encoder's bug: its CRCs
 are good) Pillow fills with zeros under no flag, and that is not checked: the second
 inflate costs about half a decode (6 ms of 11 ms, 512 x 512 RGB, 2 shared cores).
+Instead, :func:`held_back` gives Pillow the file less the stream's last byte (one of
+its Adler-32's, which no scanline needs: Pillow stops inflating at the last one): a
+whole image still reads whole, and one whose stream ends before its last scanline
+runs out of data instead, which Pillow calls truncated (a copy of the compressed
+bytes, microseconds).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import zlib
 from headrace._messages import RECOPY
 from headrace.errors import FormatError
 
-__all__ = ["check_png_crcs", "check_png_stream"]
+__all__ = ["check_png_crcs", "check_png_stream", "held_back"]
 
 # Channels by IHDR colour type (3: palette indices).
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
@@ -94,18 +99,20 @@ def _check_header(ihdr: memoryview, name: str) -> None:
         raise FormatError(f"{name}: corrupt PNG: its IHDR says {what}: {RECOPY}")
 
 
-def check_png_crcs(view: memoryview, name: str) -> None:
+def check_png_crcs(view: memoryview, name: str) -> int | None:
     """Refuse ``view`` (a PNG, its signature and IEND checked) where an IDAT chunk's
     CRC-32 is not its bytes', its IHDR holds values no PNG has, or a palette image has
     no PLTE chunk before its image data (Pillow makes up a grey palette; libpng refuses
-    it). Chunks cut short are left to the decoder, which names them."""
+    it). Chunks cut short are left to the decoder, which names them. Returns where the
+    last IDAT chunk that holds data starts (``None``: none), for :func:`held_back`."""
     pos, size = 8, len(view)
     palette = False  # a palette image (IHDR colour type 3) with no PLTE chunk yet
+    last = None
     while pos + 12 <= size:
         length, kind = struct.unpack_from(">I4s", view, pos)
         end = pos + 8 + length
         if end + 4 > size:
-            return
+            return last
         if kind == b"IHDR" and length >= 13:
             _check_header(view[pos + 8 : pos + 21], name)
             palette = view[pos + 8 + _COLOUR_TYPE] == _PALETTE
@@ -126,9 +133,32 @@ def check_png_crcs(view: memoryview, name: str) -> None:
                     f"{length} bytes of image data, has CRC-32 {stored:08x}; its bytes give "
                     f"{actual:08x}): {RECOPY}"
                 )
+            if length:
+                last = pos
         elif kind == b"IEND":
-            return
+            return last
         pos = end + 4
+    return last
+
+
+def held_back(view: memoryview, at: int | None) -> memoryview:
+    """``view`` (a PNG) for Pillow to decode: the IDAT chunk at ``at`` (the last that
+    holds data, from :func:`check_png_crcs`) one byte shorter, its last byte left out.
+
+    Pillow's inflater stops where the zlib stream ends: at a scanline's end it keeps
+    the rows so far, zeros the rest and raises nothing, ``LOAD_TRUNCATED_IMAGES`` or
+    not (a whole stream of too few scanlines: a writer's bug, its CRCs good). A
+    stream's last byte is its Adler-32's, after every scanline, which Pillow stops
+    before: with it left out a whole image reads the same, and a stream that ends
+    early runs out before the image is full, which Pillow refuses as truncated.
+    (The chunk's CRC-32, checked already, is left as it was: Pillow skips IDAT's.)"""
+    if at is None:
+        return view
+    (length,) = struct.unpack_from(">I", view, at)
+    end = at + 8 + length
+    return memoryview(
+        b"".join((view[:at], struct.pack(">I", length - 1), view[at + 4 : end - 1], view[end:]))
+    )
 
 
 def check_png_stream(view: memoryview, name: str) -> None:
