@@ -145,13 +145,14 @@ def test_headers_on_a_slow_mount_are_counted_many_at_once(slow_mount, tmp_path: 
 def test_npy_rows_on_a_slow_mount_are_read_all_at_once_and_from_2_mib(
     slow_mount, tmp_path: Path
 ) -> None:
-    # Each READ waits 20 ms: on a network or FUSE mount a read's rows of a file (80 KiB
+    # Each READ waits 100 ms: on a network or FUSE mount a read's rows of a file (80 KiB
     # each, more than the 64 KiB a read joins across) are read at once, not one pread
-    # after another (16 MB files at 2 ms a READ: 1.50 -> 0.33 s for 40 steps of 64).
+    # after another (16 MB files at 2 ms a READ: 1.50 -> 0.33 s for 40 steps of 64). (At
+    # 20 ms, one read ended before the fourth began, once, under load in CI.)
     src = tmp_path / "src"
     src.mkdir()
     np.save(src / "0.npy", np.random.default_rng(6).standard_normal((32, 20480), np.float32))
-    m = slow_mount(src, read_latency_ms=20)
+    m = slow_mount(src, read_latency_ms=100)
     kw = {"format": "npy", "samples_per_file": 32, "shuffle": "samples", "npy_ranges_above": 0}
     with FileSource(m.mnt, **kw) as far, FileSource(src, **kw) as near:
         far.read(0, np.arange(1))  # its header, read once

@@ -151,8 +151,11 @@ def _assert_flat(
         assert sum(m["fds"].pop(t) for t in files) <= 64
         assert m["tables"].pop("reads in flight") <= 64  # the read-ahead's, at the time
         assert all(m["pooled"][p.name] <= p.threads for p in POOLS if p.name in m["pooled"])
-    for key in ("fds", "threads", "tables"):
-        assert b[-1][key] == a[-1][key], key
+    # Nothing more than the first held: other tests' sockets and threads in this worker
+    # process may end meanwhile (two sockets did, once in CI, 2026-12-07).
+    for key in ("fds", "threads"):
+        assert not b[-1][key] - a[-1][key], key
+    assert all(b[-1]["tables"][k] <= n for k, n in a[-1]["tables"].items()), "tables"
     grown = min(m["traced"] for m in b) - min(m["traced"] for m in a)
     assert grown < nbytes * units, f"{grown:,} bytes more over {units:,} (traced)"
     more = min(m["objects"] for m in b) - min(m["objects"] for m in a)
