@@ -491,6 +491,10 @@ def _tell_stopped(args: argparse.Namespace, exc: HeadraceError) -> None:
     if not args.json or isinstance(exc, ConfigError):
         return
     source = {"tokens": "TokenSource", "table": "TableSource", "mds": "MDSSource"}
+    # Every file that failed as the dataset was opened (the headers counted), each a
+    # problem, up to --most: the message names 8 (and counts all), and the report listed
+    # the first file alone.
+    failed: list[BaseException] = [exc, *getattr(exc, "others_failed", [])][: args.most]
     data = {
         "data": args.data[0] if len(args.data) == 1 else args.data,
         "shard": args.shard,
@@ -505,9 +509,10 @@ def _tell_stopped(args: argparse.Namespace, exc: HeadraceError) -> None:
             {
                 "source": source.get(args.format, "FileSource"),
                 "sample": None,  # none read: the dataset, not a sample, failed
-                "error": type(exc).__name__,
-                "message": "; ".join([said(exc), *getattr(exc, "__notes__", [])]),
+                "error": type(e).__name__,
+                "message": "; ".join([said(e), *getattr(e, "__notes__", [])]),
             }
+            for e in failed
         ],
     }
     try:

@@ -458,6 +458,23 @@ def _refuse_changes_unlisted(args: argparse.Namespace) -> None:
     )
 
 
+def _kind(wl: Workload, root: str, variants: str | None) -> Kind:
+    """:func:`make_kind`, its refusal of a variant ``--variants`` gave named by the flag:
+    `-w tokens --variants naive,nope` said "tokens.toml: workload 'tokens': unknown
+    variant 'nope'", of a file the command line never named."""
+    try:
+        return make_kind(wl, root)
+    except ConfigError as exc:
+        head = f"{wl.source}: "
+        text = str(exc)
+        rest = text.removeprefix(head)
+        if variants is None or not wl.source or rest == text:
+            raise
+        if not rest.startswith(("variant ", f"workload {wl.name!r}: unknown variant ")):
+            raise
+        raise ConfigError(f"--variants {variants!r}: {rest}") from exc
+
+
 def check(args: argparse.Namespace) -> list[Kind]:
     """What :func:`run` refuses before it reads a dataset or writes anything (it reads
     the workload and DLIO files named); the kinds of the workloads to run or list.
@@ -502,10 +519,10 @@ def check(args: argparse.Namespace) -> list[Kind]:
                     f"not be written: drop --list to run, or drop {flag} to list"
                 )
         if args.workload or args.dlio:
-            return [make_kind(wl, root) for wl in workloads(args)]
+            return [_kind(wl, root, args.variants) for wl in workloads(args)]
         _refuse_changes_unlisted(args)
         return []
-    kinds = [make_kind(wl, root) for wl in workloads(args)]
+    kinds = [_kind(wl, root, args.variants) for wl in workloads(args)]
     for kind in kinds:
         with naming(kind.workload):
             kind.check_run()
@@ -613,13 +630,14 @@ def run(args: argparse.Namespace) -> int:
                     ),
                     progress=progress,
                 )
-            except HeadraceError as exc:
-                errors.append(f"headrace bench: {exc}")
+            except (HeadraceError, OSError) as exc:  # OSError: a full disk, a folder removed
+                name = kind.workload.name
+                said = str(exc) if isinstance(exc, HeadraceError) else f"{name}: {exc}"
+                errors.append(f"headrace bench: {said}")
                 print(errors[-1], file=sys.stderr)
-                continue
-            except OSError as exc:  # a full disk, a folder removed under the run
-                errors.append(f"headrace bench: {kind.workload.name}: {exc}")
-                print(errors[-1], file=sys.stderr)
+                # In the report too: the JSON of a run whose second workload failed held
+                # the first alone, without a word of the other (the run exited 2).
+                report["notes"].append(f"{name}: not measured: {said}")
                 continue
             except Interrupted as part:
                 # Its variants with a trial done are reported, with the workloads before it.
@@ -657,7 +675,14 @@ def run(args: argparse.Namespace) -> int:
             report["notes"].extend(summary["notes"])
             report["results"].extend(results)
     if not report["results"]:
-        return 2  # nothing measured: each workload's error is printed above
+        # Nothing measured: each workload's error is printed above. Said of --json too, as
+        # an interrupted run says it: a file there from an earlier run was read as this one's.
+        if args.json:
+            where = "stdout" if args.json == "-" else args.json
+            print(
+                f"headrace bench: nothing measured; no report written to {where}", file=sys.stderr
+            )
+        return 2
     report["elapsed_s"] = time.perf_counter() - t0
     report["machine"] = machine_info(root)
     # The files first, then the tables: `headrace bench --json r.json | head` ended the

@@ -331,7 +331,7 @@ def compare(a_path: str, b_path: str) -> int:
         f"{'workload':{ww}s} {'variant':{vw}s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
         "  digest"
     )
-    differ = 0
+    differ = compared = 0
     failed_a, failed_b = _failed(a), _failed(b)
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
@@ -352,6 +352,7 @@ def compare(a_path: str, b_path: str) -> int:
             f"{name:{ww}s} {r['variant']:{vw}s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}"
         )
         differ += same.startswith("DIFFERS")
+        compared += 1
     broke = 0
     for (workload, variant), old in before.items():
         # A variant that failed in B was "only in A", exit 0: its run broke it.
@@ -378,7 +379,22 @@ def compare(a_path: str, b_path: str) -> int:
             "A (DIFFERS above), over the same data and plan",
             file=sys.stderr,
         )
-    return 1 if differ or broke else 0
+    if not compared:
+        # Reports of other variants or workloads (--variants naive against memcpy, a
+        # workload renamed) printed "only in" rows, exit 0: a script that checks each run
+        # against a baseline passed with no ratio.
+        listed = {
+            name: ", ".join(f"{r['workload']}/{r['variant']}" for r in s["results"][:4])
+            + (f" and {len(s['results']) - 4} more" if len(s["results"]) > 4 else "")
+            for name, s in (("A", a), ("B", b))
+        }
+        print(
+            "headrace bench compare: no variant of a workload is in both reports (A: "
+            f"{listed['A'] or 'no result'}; B: {listed['B'] or 'no result'}): nothing "
+            "compared; compare runs of the same workloads and variants (-w, --variants)",
+            file=sys.stderr,
+        )
+    return 1 if differ or broke or not compared else 0
 
 
 def _failed(report: dict[str, Any]) -> set[tuple[str, str]]:

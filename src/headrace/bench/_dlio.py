@@ -282,9 +282,23 @@ def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[
     (before ``record_length``), else ``record_length_bytes``/``record_length``; and a
     note for the plan where DLIO reads the element type otherwise."""
     dims = ds.get("record_dims")
+    kind = ds.get("record_element_type", "uint8")
+    if fmt in ("jpeg", "png"):
+        # DLIO's images are 8-bit grey of record_dims: it resets any other element type
+        # to uint8 (a warning) before it reads it, whatever it names. Read as given,
+        # float32 made ResNet-50's 224 x 224 records 4x the bytes, the images twice the side.
+        size = 1
+        note = (
+            ""
+            if kind == "uint8"
+            else f"; record_element_type {kind} read as uint8 (DLIO's images are 8-bit)"
+        )
+    else:
+        # DLIO reads the type (np.dtype) with or without record_dims: "float77" beside a
+        # record_length_bytes was taken without a word here, and DLIO stops on it.
+        size, note = _element_bytes(kind, where), ""
     if not dims:
         return _number(ds, ("record_length_bytes", "record_length"), 65536, where), ""
-    kind = ds.get("record_element_type", "uint8")
     if not isinstance(dims, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
     ):
@@ -298,32 +312,12 @@ def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[
             "DLIO refuses the two together (records of record_dims are one size); give "
             "record_length_bytes with record_length_bytes_stdev instead, or a stdev of 0"
         )
-    try:
-        size = np.dtype(str(kind)).itemsize
-    except TypeError:
+    if fmt in ("jpeg", "png") and len(dims) > 2:
+        # DLIO refuses more than two dims for images (height, width; grey).
         raise ConfigError(
-            f"{where}.record_element_type {kind!r} is not a NumPy type (e.g. uint8, float32)"
-        ) from None
-    if size == 0:
-        # str, U, V: a type of no bytes made records of 0 B, refused as "record_length_bytes
-        # must be > 0", a key the YAML does not set.
-        raise ConfigError(
-            f"{where}.record_element_type {kind!r} has 0 bytes an element (a string or void "
-            "type of no length): give a numeric type, e.g. uint8, float32"
+            f"{where}.record_dims {dims!r} with format {fmt!r}: DLIO's images have at "
+            f"most 2 dims (height, width; grey); give e.g. {dims[:2]!r}"
         )
-    note = ""
-    if fmt in ("jpeg", "png"):
-        # DLIO's images are 8-bit grey of record_dims: it refuses more than two dims and
-        # resets any other element type to uint8 (a warning). Read as given, float32
-        # made ResNet-50's 224 x 224 records 4x the bytes, the images twice the side.
-        if len(dims) > 2:
-            raise ConfigError(
-                f"{where}.record_dims {dims!r} with format {fmt!r}: DLIO's images have at "
-                f"most 2 dims (height, width; grey); give e.g. {dims[:2]!r}"
-            )
-        if size != 1:
-            note = f"; record_element_type {kind} read as uint8 (DLIO's images are 8-bit)"
-            size = 1
     # Python's product: NumPy's int64 one wrapped, 2**32 x 2**32 to 0 B records (refused as
     # "record_length_bytes must be > 0") and (2**32 + 1)**2 to 8.6 GB ones, without a word.
     record = math.prod(dims) * size
@@ -334,6 +328,32 @@ def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[
             "record_dims"
         )
     return float(record), note
+
+
+def _element_bytes(kind: object, where: str) -> int:
+    """The bytes of an element of ``record_element_type`` (a NumPy type name, as DLIO
+    reads it), refused unless it is a number or a bool."""
+    try:
+        dtype = np.dtype(str(kind))
+    except (TypeError, ValueError, SyntaxError):  # "(2," is parsed: a SyntaxError traceback
+        raise ConfigError(
+            f"{where}.record_element_type {kind!r} is not a NumPy type (e.g. uint8, float32)"
+        ) from None
+    if dtype.itemsize == 0:
+        # str, U, V: a type of no bytes made records of 0 B, refused as "record_length_bytes
+        # must be > 0", a key the YAML does not set.
+        raise ConfigError(
+            f"{where}.record_element_type {kind!r} has 0 bytes an element (a string or void "
+            "type of no length): give a numeric type, e.g. uint8, float32"
+        )
+    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+        # "O" (8 B pointers), "M8", "S5", "i4,i4", "(2,3)f4": records sized by a type that
+        # holds no number, or several; DLIO fills its records with numbers of the type.
+        raise ConfigError(
+            f"{where}.record_element_type {kind!r} is {dtype} ({dtype.kind!r}), not a "
+            "number: give a numeric type, e.g. uint8, float32, float16, int64"
+        )
+    return int(dtype.itemsize)
 
 
 def _image_side(fmt: str, record: int) -> int:
@@ -465,8 +485,13 @@ def dlio_workload(
     # records of one size; read here, 115 kB records were 14 kB (23% of them) to 430 kB.
     stdev = _number(ds, ("record_length_bytes_stdev", "record_length_stdev"), 0, where)
     record, dims_note = _record(ds, where, fmt, stdev)
-    if record <= 0:  # records of no bytes: nothing to read, and no --record-scale helps
-        raise ConfigError(f"{where}.record_length_bytes must be > 0 (got {record:g})")
+    if record < 1:  # records of no bytes: nothing to read, and no --record-scale helps
+        # (0.4 was "--record-scale 1 makes the dataset's 0 B records 0.4 B", a flag never
+        # typed; record_length: 0 named record_length_bytes, a key the YAML does not have)
+        key = next((k for k in ("record_length_bytes", "record_length") if k in ds), "")
+        raise ConfigError(
+            f"{where}.{key or 'record_length_bytes'} must be at least 1 (a byte; got {record:g})"
+        )
     if record * record_scale < 1:
         # Made 1 byte, as the compute time went on shrinking: UNet3D at 1e-9 asked
         # 9,947 GB/s per accelerator of a workload that asks 3 GB/s.

@@ -10,7 +10,7 @@ from typing import Any
 
 from headrace.bench._args import parse_sweep, refuse_unused_sizes, size_changes, slowfs_config
 from headrace.bench._kind import VariantSpec
-from headrace.bench._workload import Workload, load_workload
+from headrace.bench._workload import Workload, load_workload, refuse_bad_variants
 from headrace.errors import ConfigError
 
 __all__ = ["S3_KINDS", "dlio_from_args", "override", "storage_options", "workloads"]
@@ -95,12 +95,14 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
     if getattr(args, "variants", None) is not None:
         # "naive, headrace-sync" (a space after the comma) was "unknown variant
         # ' headrace-sync'"; --variants "" ran every variant, and "," blamed the TOML file.
-        given = tuple(v.strip() for v in args.variants.split(",") if v.strip())
-        if not given:
+        given = tuple(v.strip() for v in args.variants.split(","))
+        if not any(given):
             raise ConfigError(
                 f"--variants {args.variants!r}: name at least one variant, comma-separated, "
                 f"e.g. --variants {','.join(wl.variants[:2])} (bench --list shows them)"
             )
+        # (the file's own check would name the workload's file for what the flag said)
+        refuse_bad_variants(given, f"--variants {args.variants!r}")
         changes["variants"] = given
     flags = {
         name: {

@@ -20,7 +20,7 @@ import difflib
 import math
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -39,6 +39,7 @@ __all__ = [
     "load_workload",
     "naming",
     "refuse",
+    "refuse_bad_variants",
 ]
 
 #: The top-level keys of a workload file.
@@ -284,6 +285,30 @@ class TrainConfig:
             )
 
 
+def refuse_bad_variants(variants: Sequence[str], where: str, *, entry: str = "entry") -> None:
+    """Refuse a list of variant specs with an entry that names no variant (``""``,
+    ``"?prefetch=0"``) or one given twice; ``where`` begins the message (``w.toml``,
+    ``--variants 'a,,b'``), ``entry`` names an entry of the list."""
+    for i, v in enumerate(variants):
+        if not v.partition("?")[0].strip():
+            # --variants "naive,,memcpy" ran two variants, the empty one never said; in a
+            # file, "" was "unknown variant ''" once the kind was built.
+            raise ConfigError(
+                f"{where}: {entry} {i + 1} of {len(variants)} ({v!r}) names no variant: begin "
+                'each entry with a variant\'s name, its options after "?" (e.g. '
+                "headrace?prefetch=0), or drop the entry"
+            )
+    twice = sorted({v for v in variants if list(variants).count(v) > 1})
+    if twice:
+        # The runner keys its streams by spec: a second one ended the run in a
+        # StopIteration traceback after the dataset was generated.
+        raise ConfigError(
+            f"{where}: variant {twice[0]!r} is listed more than once; each variant "
+            "runs once (more runs: --trials; the same variant with another setting: "
+            f"{twice[0].partition('?')[0]}?KEY=VALUE)"
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
     """One benchmark workload: a kind, its dataset and reader options, training, variants."""
@@ -305,6 +330,7 @@ class Workload:
     def __post_init__(self) -> None:
         if not self.variants:
             raise ConfigError(f"{self.where}: the variants list is empty")
+        refuse_bad_variants(self.variants, self.where, entry="variants entry")
         if not self.name.strip(".") or any(c in self.name for c in "/\\\0"):
             # It begins a files dataset's folder under the root: name = "../../x" wrote
             # the dataset two folders above --root.
@@ -312,15 +338,6 @@ class Workload:
                 f"{self.where}: name {self.name!r} cannot be a path: it begins the dataset's "
                 "folder name under --root; give a plain name without '/', e.g. name = "
                 '"unet3d-small"'
-            )
-        twice = sorted({v for v in self.variants if list(self.variants).count(v) > 1})
-        if twice:
-            # The runner keys its streams by spec: a second one ended the run in a
-            # StopIteration traceback after the dataset was generated.
-            raise ConfigError(
-                f"{self.where}: variant {twice[0]!r} is listed more than once; each variant "
-                "runs once (more runs: --trials; the same variant with another setting: "
-                f"{twice[0].partition('?')[0]}?KEY=VALUE)"
             )
 
     @property

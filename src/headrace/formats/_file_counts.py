@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import some_of
-from headrace.errors import ConfigError, HeadraceError, ReadEOFError
+from headrace.errors import ConfigError, DataError, HeadraceError, ReadEOFError
 from headrace.formats._array_record import BLOCK_SIZE, read_index
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._file_list_objects import is_url_pattern
@@ -175,6 +175,7 @@ def header_counts(
     depth: int,
     heads: dict[int, bytes] | None = None,
     indexes: TarIndexes | None = None,
+    corrupt: dict[int, DataError] | None = None,
 ) -> tuple[NDArray[np.int64], CountStats]:
     """Every file's count (the leading axis of its array), ``depth`` files at a time.
 
@@ -190,6 +191,10 @@ def header_counts(
     (:meth:`~headrace.formats._npy_ranges.RangedNpy.seed`,
     :meth:`~headrace.formats._tfrecord_ranges.RangedTfrecord.seed`). ``indexes``: where
     tar shards' indexes walked to count them are kept, for the reads.
+    ``corrupt`` (``on_corrupt="replace"``): where a file whose header is damaged (a
+    :class:`DataError`: it does not parse, an array without rows, a dataset or member
+    it lacks) is kept, by file, with a count of 0 (no sample of it is planned), not
+    raised; a storage error still raises. Counts with one are not kept in the cache.
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
@@ -237,6 +242,14 @@ def header_counts(
                 for i, fut in enumerate(futures):
                     try:
                         result(fut)
+                    except DataError as exc:
+                        if corrupt is None:
+                            failed.append((i, exc))
+                        else:  # (a storage error is no damage of the file: raised)
+                            counts[i] = 0
+                            corrupt[i] = exc
+                        if len(failed) >= MOST_FAILED:
+                            raise _first_of(files, failed, stopped=True) from None
                     except HeadraceError as exc:
                         failed.append((i, exc))
                         if len(failed) >= MOST_FAILED:
@@ -250,7 +263,7 @@ def header_counts(
     finally:
         if queue is not None:
             queue.close()
-    if kept is not None:
+    if kept is not None and not corrupt:  # (a restart must find the damaged files again)
         kept[0].write(*kept[1:], counts)
     stats.seconds = time.perf_counter() - t0
     return counts, stats
@@ -283,8 +296,10 @@ def _first_of(
     files: FileList, failed: list[tuple[int, HeadraceError]], stopped: bool
 ) -> HeadraceError:
     """The first failed file's error, with a note naming the others (``stopped``: the
-    count stopped at :data:`MOST_FAILED`, later files were not read)."""
+    count stopped at :data:`MOST_FAILED`, later files were not read), and the others'
+    errors as its ``others_failed`` (``headrace check --json`` lists each: the note names 8)."""
     first = failed[0][1]
+    setattr(first, "others_failed", [exc for _, exc in failed[1:]])  # noqa: B010 (undeclared)
     others = [files.name(i) for i, _ in failed[1:]]
     if others:
         more = f" (stopped at {MOST_FAILED} failures: later files not read)" if stopped else ""
@@ -362,6 +377,7 @@ def resolve_counts(
     depth: int,
     heads: dict[int, bytes] | None = None,
     indexes: TarIndexes | None = None,
+    corrupt: dict[int, DataError] | None = None,
 ) -> tuple[NDArray[np.int64] | None, CountStats | None]:
     """Each listed file's count (``None`` for a fixed ``samples_per_file``), in the
     order of ``files``, and what reading headers cost (``None`` if none was read).
@@ -370,12 +386,12 @@ def resolve_counts(
     files as given (both are sorted together, as the listing sorts the files);
     for a directory, pattern or prefix, the sorted keys, and for a list that holds
     patterns (a count for each file a pattern matches, not for the pattern).
-    ``heads``, ``indexes``: see :func:`header_counts`.
+    ``heads``, ``indexes``, ``corrupt``: see :func:`header_counts`.
     """
     if isinstance(spf, int):
         return None, None
     if spf == "header":
-        return header_counts(files, fmt, datasets, depth, heads, indexes)
+        return header_counts(files, fmt, datasets, depth, heads, indexes, corrupt)
     assert isinstance(spf, tuple)
     n = len(files)
     patterns = _patterns(given, files)

@@ -186,6 +186,8 @@ class FileSource(Closing):
         self._indexes = TarIndexes() if self.format.name == "tar" else None
         if self._indexes is not None:
             self._indexes.take(tar_held or [])  # a worker's copy: its parent's walks
+        # Files whose header is damaged, under on_corrupt="replace": counted 0, noted below.
+        bad_heads: dict[int, DataError] | None = {} if config.on_corrupt == "replace" else None
         if counts is None:  # a worker's copy carries its parent's counts: none read again
             counts, self.count_stats = resolve_counts(
                 spf,
@@ -196,7 +198,15 @@ class FileSource(Closing):
                 config.in_flight or self._default_depth(),
                 heads,
                 self._indexes,
+                corrupt=bad_heads,
             )
+        self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
+        try:
+            for f, err in sorted((bad_heads or {}).items()):
+                self._note_corrupt(f, err)
+        except DataError:
+            self.files.close()
+            raise
         if counts is None and self.format.name == "tar":
             # A shard's samples are rows whatever samples_per_file=N says: counted, so
             # one of 1 is row 0 too (and a shard not holding N is refused by name).
@@ -279,7 +289,6 @@ class FileSource(Closing):
         self._following: tuple[int, NDArray[np.int64]] | None = None
         # (seed, samples, files, items) of the last few locates (see _locate).
         self._located: deque[tuple[int, NDArray[np.int64], Located]] = deque(maxlen=3)
-        self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
         self.replaced_samples = 0
 
     def __repr__(self) -> str:
