@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace.errors import DataError
 from headrace.pipeline import Batch
 
 __all__ = ["Field", "Packed", "pack", "unpack"]
@@ -48,11 +49,18 @@ def pack(batch: Batch) -> Packed:
     one tensor storage. Memory more than twice the fields' own bytes (a
     whole chunk or window) is not shared: such a field gets its own copy. A
     read-only field is copied too (torch must not write memory it borrowed),
-    and so is one with negative or unaligned strides (torch has neither).
+    and so is one with negative or unaligned strides (torch has neither). A masked
+    array is refused: its mask would be dropped.
     """
     groups: dict[tuple[int, np.dtype[Any]], list[tuple[str, NDArray[Any], int]]] = {}
     alone: list[tuple[str, NDArray[Any]]] = []
     for name, a in batch.items():
+        if isinstance(a, np.ma.MaskedArray):
+            raise DataError(
+                f"field {name!r} is a masked array: a packed batch carries its bytes, not its "
+                f"mask; pass them as two fields (np.ma.getdata({name}) and "
+                f"np.ma.getmaskarray({name})), or fill the masked items ({name}.filled(value))"
+            )
         r = _root(a)
         start = a.__array_interface__["data"][0] - r.__array_interface__["data"][0]
         isz = a.itemsize

@@ -8,7 +8,11 @@ batch cross as their one ``(B, L + 1)`` stretch
 (:func:`~headrace._pack.pack`), or, with ``contiguous=True``, apart. A field of
 samples of several shapes (a 1-D ``object`` array of arrays, images of several
 sizes) crosses as one region per sample, and is rebuilt as an ``object`` array
-of views of them: raw bytes and shapes, not pickles.
+of views of them: raw bytes and shapes, not pickles. A masked array crosses as its
+data and its mask, each a field, and is rebuilt with its fill value and hardness; a
+record array or a matrix as its plain array, viewed as such again. A field of another
+subclass of ``ndarray`` (or samples that are not plain arrays) is pickled, which keeps
+what it is.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._pack import pack
+from headrace._pack import Field, pack
+from headrace._stacking import _PLAIN
 from headrace.errors import ConfigError
 from headrace.pipeline import Batch, Source
 
@@ -46,7 +51,16 @@ DtypeAt = str | np.dtype[Any]
 Region = tuple[int, DtypeAt, tuple[int, ...]]
 FieldAt = tuple[str, int, int, tuple[int, ...], tuple[int, ...]]
 RaggedAt = tuple[str, int, int, int]
-Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...], tuple[RaggedAt, ...]]
+# Per field NumPy gives as a subclass (:data:`_VIEWED`, or a masked array): (name, its
+# class, its mask (a field of the masked field's name; None: no mask at all), its fill
+# value (raw bytes and dtype; None: NumPy's default), whether its mask is hard).
+SubAt = tuple[str, type[Any], FieldAt | None, tuple[bytes, DtypeAt] | None, bool]
+Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...], tuple[RaggedAt, ...], tuple[SubAt, ...]]
+
+# Subclasses that a view of the plain array makes again (a record array's attribute
+# access, a matrix's products). A memory map's bytes are copied as a plain array's
+# (:data:`~headrace._stacking._PLAIN`): it comes out a plain array, as its sums are.
+_VIEWED = (np.recarray, np.matrix)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,26 +102,46 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout] | None:
     """The arrays to copy into a slot and where each field then lies (``None``: Python
-    objects, which only pickling carries).
+    objects, or a subclass of ``ndarray`` the slot cannot rebuild, which only pickling
+    carries).
 
     Shared (the default): :func:`~headrace._pack.pack`'s bases, so ``x`` and
     ``y`` cross as their one ``(B, L + 1)`` stretch. ``contiguous``: each
     field is copied apart, C-contiguous. A field of samples of several shapes:
-    each sample apart.
+    each sample apart. A masked field's mask: after the fields, packed alike.
     """
     ragged = {k: a for k, a in arrays.items() if a.dtype.hasobject}
     if not all(_arrays_only(a) for a in ragged.values()):
         return None
-    dense = {k: a for k, a in arrays.items() if k not in ragged}
-    fields: tuple[FieldAt, ...]
-    if contiguous:
-        srcs = list(dense.values())
-        fields = tuple(
-            (name, i, 0, a.shape, _c_strides(a.shape)) for i, (name, a) in enumerate(dense.items())
-        )
-    else:
-        srcs, packed = pack(dense)
-        fields = tuple((name, *packed[name]) for name in dense)
+    dense: Batch = {}
+    masks: Batch = {}
+    subs: dict[str, tuple[type[Any], tuple[bytes, DtypeAt] | None, bool]] = {}
+    for k, a in arrays.items():
+        if k in ragged:
+            continue
+        kind = type(a)
+        if isinstance(a, np.ma.MaskedArray) and kind is np.ma.MaskedArray:
+            if getattr(a, "_baseclass", None) not in _PLAIN:
+                return None  # a masked record array, say: pickled
+            dense[k] = np.ma.getdata(a)
+            mask = np.ma.getmask(a)
+            if isinstance(mask, np.ndarray):  # not nomask (no mask at all)
+                masks[k] = mask
+            # None until set or read: NumPy's default for the dtype.
+            fill: NDArray[Any] | None = getattr(a, "_fill_value", None)
+            at = None if fill is None else (fill.tobytes(), _dtype_at(fill.dtype))
+            subs[k] = (kind, at, bool(a.hardmask))
+        elif kind in _VIEWED:
+            dense[k] = a.view(np.ndarray)
+            subs[k] = (kind, None, False)
+        elif kind in _PLAIN:
+            dense[k] = a
+        else:
+            return None  # another subclass: pickled, with what makes it one
+    srcs: list[NDArray[Any]] = []
+    at_dense = _place(dense, contiguous, srcs)
+    at_mask = _place(masks, contiguous, srcs)
+    fields = tuple((name, *at_dense[name]) for name in dense)
     samples = []
     keys = list(arrays)
     for name, a in ragged.items():
@@ -118,7 +152,26 @@ def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout
     for a in srcs:
         regions.append((pos, _dtype_at(a.dtype), a.shape))
         pos += _aligned(a.nbytes)
-    return srcs, (tuple(regions), fields, tuple(samples))
+    kept = tuple(
+        (name, kind, (name, *at_mask[name]) if name in at_mask else None, fill, hard)
+        for name, (kind, fill, hard) in subs.items()
+    )
+    return srcs, (tuple(regions), fields, tuple(samples), kept)
+
+
+def _place(arrays: Batch, contiguous: bool, srcs: list[NDArray[Any]]) -> dict[str, Field]:
+    """Where each of ``arrays`` lies among the regions, whose arrays join ``srcs``."""
+    if contiguous:
+        at = {
+            name: (len(srcs) + i, 0, a.shape, _c_strides(a.shape))
+            for i, (name, a) in enumerate(arrays.items())
+        }
+        srcs.extend(arrays.values())
+        return at
+    bases, packed = pack(arrays)
+    first = len(srcs)
+    srcs.extend(bases)
+    return {name: (first + i, off, shape, st) for name, (i, off, shape, st) in packed.items()}
 
 
 def _dtype_at(dtype: np.dtype[Any]) -> DtypeAt:
@@ -134,8 +187,13 @@ def _dtype_at(dtype: np.dtype[Any]) -> DtypeAt:
 
 def _arrays_only(a: NDArray[Any]) -> bool:
     """Whether an ``object`` field is samples of several shapes that a slot can carry:
-    1-D, each item an array of numbers (not strings or other Python objects)."""
-    return a.ndim == 1 and all(isinstance(e, np.ndarray) and not e.dtype.hasobject for e in a)
+    1-D, each item a plain array of numbers (not strings or other Python objects, nor a
+    masked array, whose mask a slot would drop)."""
+    return (
+        type(a) is np.ndarray
+        and a.ndim == 1
+        and all(type(e) in _PLAIN and not e.dtype.hasobject for e in a)
+    )
 
 
 def _size(regions: tuple[Region, ...]) -> int:

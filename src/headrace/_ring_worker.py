@@ -7,8 +7,9 @@ created once (``SharedMemory``, name ``headrace_<pid>_<hex>``), unlinked as
 soon as the main process has mapped it, so nothing is left in ``/dev/shm``
 whoever dies later. Only ``(first step, steps, slot)`` crosses the pipe (the
 layout too when it changes, as it does every chunk of samples of several
-shapes); a chunk of Python objects (strings), or one that does not fit a slot,
-is pickled through it instead. A persistent worker keeps its process, source
+shapes); a chunk of Python objects (strings), of a subclass of ``ndarray`` a slot
+cannot rebuild (:func:`~headrace._ring_layout._layout`), or one that does not fit a
+slot, is pickled through it instead. A persistent worker keeps its process, source
 and ring from one run to the next: told a new start (:class:`_Inbox`), it drops
 the chunk in hand, says ``_STARTED`` and reads from there. It ignores SIGINT (a Ctrl-C
 reaches the main process, whose iterator stops it), and leaves by itself

@@ -33,6 +33,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from headrace._ring_layout import (
     _CHUNK,
@@ -45,6 +46,7 @@ from headrace._ring_layout import (
     _SLOT_MSG,
     _STARTED,
     _STARTED_MSG,
+    FieldAt,
     Layout,
     RingConfig,
     _nbytes,
@@ -412,7 +414,7 @@ class WorkerBatches:
         once half a worker's slots are out on lease, its chunks are handed out as copies.
         """
         assert ring.layout is not None  # sent with the first chunk
-        regions, fields, ragged = ring.layout
+        regions, fields, ragged, subs = ring.layout
         lo = s * ring.size
         whole = np.frombuffer(ring.mem[lo : lo + ring.size], np.uint8)
         copy = self.copy or 2 * ring.lent >= self.cfg.slots
@@ -420,13 +422,21 @@ class WorkerBatches:
         for at, dtype, shape in regions:
             r = whole[at : at + _nbytes(dtype, shape)].view(dtype).reshape(-1)
             bases.append(r.copy() if copy else r)
-        out: Batch = {}
-        for name, i, off, shape, strides in fields:
-            b = bases[i]
-            isz = b.itemsize
-            out[name] = np.ndarray(
-                shape, b.dtype, buffer=b, offset=off * isz, strides=tuple(x * isz for x in strides)
+        out: Batch = {field[0]: _view(bases, field) for field in fields}
+        for name, kind, mask, fill, hard in subs:  # as the source gave them
+            data = out[name]
+            if kind is not np.ma.MaskedArray:
+                out[name] = data.view(kind)
+                continue
+            m = np.ma.MaskedArray(
+                data,
+                mask=np.ma.nomask if mask is None else _view(bases, mask),
+                hard_mask=hard,
+                copy=False,
             )
+            if fill is not None:
+                m.fill_value = np.frombuffer(fill[0], fill[1])[0]
+            out[name] = m
         keys = list(out)
         for name, first, n, at in ragged:  # per sample, as the source gave them
             samples = out[name] = np.empty(n, dtype=object)
@@ -556,6 +566,16 @@ def _same_but_start(old: RingConfig, new: RingConfig) -> bool:
     return all(
         a is b or (type(a) is type(b) and isinstance(a, plain) and a == b)
         for a, b in ((old.loader[k], new.loader[k]) for k in old.loader)
+    )
+
+
+def _view(bases: list[NDArray[Any]], field: FieldAt) -> NDArray[Any]:
+    """A field (or a masked field's mask) as a view of its region."""
+    _, i, off, shape, strides = field
+    b = bases[i]
+    isz = b.itemsize
+    return np.ndarray(
+        shape, b.dtype, buffer=b, offset=off * isz, strides=tuple(x * isz for x in strides)
     )
 
 

@@ -10,6 +10,8 @@ import numpy as np
 
 __all__ = ["stackable"]
 
+_PLAIN = (np.ndarray, np.memmap)
+
 
 def stackable(parts: Sequence[Any]) -> bool:
     """All ``parts`` are arrays of one shape and one dtype, up to byte order.
@@ -18,8 +20,12 @@ def stackable(parts: Sequence[Any]) -> bool:
     (or by tools) of both orders hold the same floats, and ``np.stack`` makes them
     one native array, as it does for parts all in the other order. Compared
     exactly, a batch mixing them came out ragged (an ``object`` array).
+
+    Plain arrays only (a memory map's are): ``np.stack`` drops masked arrays' masks
+    (and makes a plain array of record arrays, and cannot stack matrices), so such
+    samples stay apart, as they are.
     """
-    if not parts or not all(isinstance(p, np.ndarray) for p in parts):
+    if not parts or not all(type(p) in _PLAIN for p in parts):
         return False
     first = parts[0]
     native = first.dtype.newbyteorder("=")

@@ -91,6 +91,9 @@ def pad_batch(
     dtype = _numpy_dtype(dtype)
     torch_out = False
     rows: list[NDArray[Any]] | None = None
+    if isinstance(seqs, formats.Ragged) and not _numbers(seqs.values):
+        # Masked values, Python objects, or no numbers: row by row, as arrays are checked.
+        seqs = [seqs.row(i) for i in range(len(seqs))]
     if isinstance(seqs, formats.Ragged):
         values, offsets = seqs.values, seqs.offsets
     else:
@@ -396,6 +399,8 @@ def _flatten(
     item = () if like is None else like.shape[1:]
     rows = list(rows)  # (empty rows become arrays of no items of that shape)
     for i, r in enumerate(rows):
+        if type(r) is not np.ndarray and isinstance(r, np.ndarray):
+            r = rows[i] = _plain_row(i, r)  # a masked array (its data, or refused)
         if isinstance(r, np.ndarray):
             if r.ndim == 0:
                 # The shape check below would name the item shape () as the culprit.
@@ -428,9 +433,22 @@ def _flatten(
     default = np.dtype(dtype) if dtype is not None else np.dtype(np.int64)
     if not rows:
         return np.empty(0, dtype=default), offsets, None, False
+    found = None
     if not lists:
-        dt = np.dtype(dtype) if dtype is not None else np.result_type(*rows)
+        # One promotion says that every row holds numbers; where it does not, row by row:
+        # refused, or Python objects, then checked as lists are.
+        found = _numbers_type(rows)
+        if found is None:
+            rows = [_plain_row(i, r) for i, r in enumerate(rows)]
+            lists = any(isinstance(r, list) for r in rows)
+    if not lists:
+        if dtype is not None:
+            dt = np.dtype(dtype)
+        else:  # (not `found or`: a dtype of no fields is falsy)
+            dt = found if found is not None else np.result_type(*rows)
         return np.empty(0, dtype=dt), offsets, rows, from_torch
+    # Arrays beside lists are flattened with them: one of strings would be parsed.
+    rows = [_plain_row(i, r) if isinstance(r, np.ndarray) else r for i, r in enumerate(rows)]
     if item != ():
         # Flattened beside lists, such a row's items would be arrays among numbers.
         li = next(i for i, r in enumerate(rows) if not isinstance(r, np.ndarray))
@@ -470,6 +488,72 @@ def _flatten(
             f"{values.shape[1:]}); pass rows of items of a shape as NumPy arrays or tensors"
         )
     return values, offsets, None, False
+
+
+def _numbers(a: NDArray[Any]) -> bool:
+    """An unmasked array of numbers."""
+    return not isinstance(a, np.ma.MaskedArray) and _number_dtype(a.dtype)
+
+
+def _number_dtype(dt: np.dtype[Any]) -> bool:
+    """A dtype of numbers (ml_dtypes' bfloat16 and float8 are of kind "V" too, not
+    records or raw bytes)."""
+    if dt.kind in "OMmUSc":
+        return False
+    return dt.kind != "V" or not (dt.names or dt.type is np.void)
+
+
+def _numbers_type(rows: list[NDArray[Any]]) -> np.dtype[Any] | None:
+    """The array rows' result type, if it is of numbers (a row of strings, dates,
+    records, complex or Python objects makes one that is not, or none)."""
+    try:
+        found = np.result_type(*rows)
+    except TypeError:  # DTypePromotionError: dates beside numbers
+        return None
+    return found if _number_dtype(found) else None
+
+
+def _plain_row(i: int, row: Any) -> Any:
+    """An array row as it pads: a masked one's data (refused where an item is masked:
+    padding would make it a real one), an ``object`` one a list (its items checked as a
+    list's are); an array of no numbers (dates, strings, records, complex) is refused,
+    where a cast would parse, drop or reinterpret its values. Other rows as they are."""
+    if not isinstance(row, np.ndarray):
+        return row
+    if isinstance(row, np.ma.MaskedArray):
+        mask = np.ma.getmask(row)
+        # (A record array's mask is of records: refused below, with its dtype.)
+        if isinstance(mask, np.ndarray) and not mask.dtype.names and mask.any():
+            by_item = mask.reshape(len(mask), -1) if mask.ndim else mask.reshape(1, 1)
+            j = int(np.flatnonzero(by_item.any(axis=1))[0])
+            raise errors.ConfigError(
+                f"row {i} is a masked array whose item {j} is masked; pad_batch pads every "
+                "item of a row (its mask marks padding, not masked items): drop the masked "
+                "items (row.compressed()) or fill them (row.filled(value))"
+            )
+        row = np.ma.getdata(row)
+    dt = row.dtype
+    if row.ndim == 0:
+        return row  # a scalar: said so where rows are looked at
+    if dt.hasobject and row.ndim == 1:
+        return row.tolist()  # Python objects: checked as a list's items are
+    if _numbers(row):
+        return row
+    if dt.kind in "Mm":
+        unit = "datetime64" if dt.kind == "M" else "timedelta64"
+        how = (
+            f"pad their counts in one unit for every row (row.astype('{unit}[ms]').view(np.int64))"
+        )
+    elif dt.kind in "US":
+        how = "its strings are not parsed: convert them (row.astype(np.int64)) or tokenize them"
+    elif dt.kind == "c":
+        how = "pad its .real and .imag apart"
+    elif dt.names:
+        how = f"pad one field (row[{dt.names[0]!r}])"
+    else:
+        how = "pad an array of numbers"
+    shape = "" if dt.kind != "O" else f" and shape {row.shape}"
+    raise errors.ConfigError(f"row {i} has dtype {dt}{shape}, which holds no numbers to pad; {how}")
 
 
 def _first_sequence(rows: list[Any]) -> tuple[int, Any] | None:
