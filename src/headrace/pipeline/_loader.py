@@ -12,8 +12,10 @@ work. Both give identical batches: the plan is a pure function of
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -80,6 +82,21 @@ _STOP_TIMEOUT_S = 1.0
 # is slow, not stalled: close() leaves it to finish without a warning. (Seen: a read of
 # 800 samples, 1.2 s in on a loaded 2-core machine, called "stalled storage?")
 _STRIDE = 4.0
+_CLOSED_READ = "this loader is closed; make a new one to read from it again."
+
+#: Every loader of the process, whose locks a forked child renews (:func:`_forked`).
+_LOADERS: weakref.WeakSet[Loader] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    """In a forked child: a parent's thread (a consumer between batches, a close) may
+    have held a loader's locks at the fork, and never lets go of them here."""
+    for loader in list(_LOADERS):
+        loader._lock = threading.RLock()
+        loader._closing = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class _Batches(Iterator[Batch]):
@@ -88,11 +105,12 @@ class _Batches(Iterator[Batch]):
     ends quietly then: a loop that caught the error and went on (a notebook's Ctrl-C, a
     retry on storage errors) ended as if the run's data were done."""
 
-    __slots__ = ("_batches", "_ended", "_loader")
+    __slots__ = ("_batches", "_ended", "_generation", "_loader")
 
-    def __init__(self, loader: Loader, batches: Iterator[Batch]) -> None:
+    def __init__(self, loader: Loader, batches: Iterator[Batch], generation: int) -> None:
         self._loader = loader
         self._batches = batches
+        self._generation = generation
         self._ended: str | None = None  # the error that ended it, and at which step
 
     def __next__(self) -> Batch:
@@ -113,8 +131,16 @@ class _Batches(Iterator[Batch]):
             raise
 
     def close(self) -> None:
-        """Stop the iteration now (its read-ahead thread too), as a generator's close() does."""
-        self._batches.close()  # type: ignore[attr-defined]
+        """Stop the iteration now (its read-ahead thread too), as a generator's close() does;
+        also from another thread (a watchdog's) while one waits in ``next()``, which then
+        raises :class:`StateError` (a generator's close() raised "ValueError: generator
+        already executing" there, and the read-ahead ran on)."""
+        try:
+            self._batches.close()  # type: ignore[attr-defined]
+        except ValueError:
+            if not getattr(self._batches, "gi_running", False):
+                raise
+            self._loader._end(self._generation)
 
 
 class Loader(Closing):
@@ -219,7 +245,6 @@ class Loader(Closing):
         self.stats = LoaderStats()
         self._watch = StallWatch(self.stall_warn_s, self._next_step)
         self.status = LoaderStatus.IDLE
-        closed_at_exit(self)
         self._producer: Prefetcher | None = None
         # A producer that a stop left inside a read, and the steps and start time of the
         # read in progress (either thread's): what close() says it left behind.
@@ -228,6 +253,25 @@ class Loader(Closing):
         # Bumped by iter(), load_state_dict() and close(): an iterator of an older
         # generation raises instead of yielding steps that no longer follow the state.
         self._generation = 0
+        # Taken by any thread that iterates, loads a state or closes, to read and change
+        # the generation, producer, status and state together, never over a wait (a
+        # stop's join, a source's close): an iteration that another thread began while
+        # load_state_dict() stopped the last one was forgotten, its thread left running
+        # for ever; a step a consumer set just after load_state_dict() undid the load.
+        # Reentrant: a signal handler's close() may come while its thread holds it.
+        self._lock = threading.RLock()
+        # Held over a whole close(): another one (another thread's, a signal handler's,
+        # atexit's) returns once the first has released everything, not while it does.
+        self._closing = threading.RLock()
+        self._closed = False  # a close() got as far as the source's close
+        # A close() under way in this thread (the only one that can see it True): a signal
+        # handler's close() then returns, and the one it interrupted goes on.
+        self._in_close = False
+        # Producers taken from the loader (_retire) and not yet joined, by any thread; one
+        # an interrupt left there is stopped by the next stop or close().
+        self._stopping: set[Prefetcher] = set()
+        _LOADERS.add(self)
+        closed_at_exit(self)
 
     # -- state -------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -239,13 +283,15 @@ class Loader(Closing):
 
     def state_dict(self) -> dict[str, Any]:
         """The state to resume from: the next step this host has not yet received."""
+        with self._lock:  # never one load_state_dict() in another thread has half set
+            seed, step, origin = self.seed, self.step, self.origin
         return LoaderState(
-            seed=self.seed,
-            step=self.step,
+            seed=seed,
+            step=step,
             batch_size=self.batch_size,
             fingerprint=self._fingerprint,
             parts=self._parts,
-            origin=self.origin,
+            origin=origin,
         ).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -253,11 +299,16 @@ class Loader(Closing):
         at the first sample the saved run had not read (see the class)."""
         st = LoaderState.from_dict(state)
         self.check_state(st)
-        self._stop_producer()
-        self._generation += 1
-        self.seed = st.seed
-        self.step = st.step
-        self.origin = st.origin_for(self.batch_size)
+        origin = st.origin_for(self.batch_size)
+        # The live iteration (any thread's) is stale, and its read-ahead stopped, before
+        # the state changes; one begun meanwhile (another thread's iter()) as well.
+        with self._lock:
+            producer = self._retire()
+        self._stop(producer)
+        with self._lock:
+            producer = self._retire()
+            self.seed, self.step, self.origin = st.seed, st.step, origin
+        self._stop(producer)
 
     @property
     def made_in(self) -> int:
@@ -318,9 +369,16 @@ class Loader(Closing):
                 self.source, self.seed, t, self.batch_size, (self._lo, self._hi), self.origin
             )
 
-    def _read_arrays(self, steps: list[int]) -> Batch:
-        """The chunk's batches back to back: each array's first axis is ``len(steps) * b``."""
-        return self._transformed(steps, *self._read_raw(steps))
+    def _read_arrays(self, steps: list[int], generation: int | None = None) -> Batch:
+        """The chunk's batches back to back: each array's first axis is ``len(steps) * b``
+        (read only while ``generation``, if given, is current: :meth:`_read_raw`)."""
+        return self._transformed(steps, *self._read_raw(steps, generation=generation))
+
+    def _again(self, generation: int) -> Callable[[list[int]], Batch]:
+        """:meth:`_read_arrays` for a failed chunk's steps, read again one at a time
+        (:func:`step_by_step`) while ``generation`` is current: a close() from another
+        thread among those reads closed the source, and the next one reopened its files."""
+        return lambda steps: self._read_arrays(steps, generation)
 
     def _planned(self, steps: list[int]) -> NDArray[np.int64]:
         """This host's samples of ``steps`` (:meth:`_host_samples`), timed as planning."""
@@ -330,11 +388,18 @@ class Loader(Closing):
         return samples
 
     def _read_raw(
-        self, steps: list[int], samples: NDArray[np.int64] | None = None
+        self,
+        steps: list[int],
+        samples: NDArray[np.int64] | None = None,
+        *,
+        generation: int | None = None,
     ) -> tuple[Batch, NDArray[np.int64], Batch]:
         """What the source read for the chunk (its ``samples``, planned here if not
         given), before any transform, its samples, and an exact pass's marks of them
-        (none without ``epochs``)."""
+        (none without ``epochs``). ``generation``: an iteration's, whose read is refused
+        (:func:`stale_error`) once it is not current, asked under the source's lock, which
+        close() takes to close it: never read after the close, reopening its files. Without
+        it (:meth:`batch_at`), refused once the loader is closed."""
         stats = self.stats
         if samples is None:
             samples = self._planned(steps)
@@ -345,6 +410,10 @@ class Loader(Closing):
         # the source's, not the loader's. An uncontended lock costs ~0.1 us.
         marks: Batch = {}
         with self._read_lock:
+            if generation is not None:
+                self._check_current(generation)
+            elif self.status is LoaderStatus.CLOSED:  # by another thread since batch_at asked
+                raise ConfigError(_CLOSED_READ)
             self._inside = (steps[0], steps[-1], time.monotonic())
             try:
                 arrays = self.source.read(self.seed, samples)
@@ -401,7 +470,7 @@ class Loader(Closing):
     def batch_at(self, step: int) -> Batch:
         """This host's batch of ``step``, read now (random access; no state change)."""
         if self.status is LoaderStatus.CLOSED:  # it reopened the source's files, silently
-            raise ConfigError("this loader is closed; make a new one to read from it again.")
+            raise ConfigError(_CLOSED_READ)
         self._own_process()  # in a forked child: not the parent's lock, perhaps held
         return self._read_arrays([step])
 
@@ -411,24 +480,39 @@ class Loader(Closing):
         and read lock stayed there; take this process's lock (which renews the source)."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._producer = None
+            # Its producers (and their threads) are not this process's, nor was its
+            # close(); its locks are new (:func:`_forked`).
+            self._producer, self._left, self._stopping = None, None, set()
+            self._closed = self._in_close = False
             self._read_lock = source_lock(self.source)
 
     def __iter__(self) -> Iterator[Batch]:
+        start, generation = self._begin()
+        if self.prefetch == 0:
+            return _Batches(self, self._iter_sync(start, generation), generation)
+        return _Batches(self, self._iter_async(start, generation), generation)
+
+    def _begin(self, *, warn: bool = True) -> tuple[int, int]:
+        """Stop the iteration under way (any thread's) and begin one: its first step and
+        generation. ``warn``: say so if it yields nothing (:func:`run_over`)."""
         self._refuse_closed()
         self._own_process()
-        self._stop_producer()
-        self._refuse_closed()  # by another thread while the stop waited for a read
-        self._pass_over()
-        again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
-        if again and self.step_stride == 1 and self.steps is not None and not len(self):
-            warn_user(run_over("Loader", self.step, self.steps), RuntimeWarning, varies=True)
-        self._generation += 1
-        self.status = LoaderStatus.RUNNING
-        start = self.step
-        if self.prefetch == 0:
-            return _Batches(self, self._iter_sync(start, self._generation))
-        return _Batches(self, self._iter_async(start, self._generation))
+        with self._lock:
+            producer = self._retire()
+        self._stop(producer)
+        with self._lock:
+            self._refuse_closed()  # by another thread while the stop waited for a read
+            # Another thread's iteration, begun while the stop waited, is stale too.
+            producer = self._retire()
+            self._pass_over()
+            again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
+            self.status = LoaderStatus.RUNNING
+            start, generation = self.step, self._generation
+        self._stop(producer)
+        if warn and again and self.step_stride == 1 and self.steps is not None:
+            if not remaining_steps(start, self.steps):
+                warn_user(run_over("Loader", start, self.steps), RuntimeWarning, varies=True)
+        return start, generation
 
     def _refuse_closed(self) -> None:
         """Refuse to iterate a closed loader: it would reopen the source's files. Asked
@@ -456,19 +540,13 @@ class Loader(Closing):
         one copy and one message per chunk. ``step`` advances past each chunk
         as it is handed out.
         """
-        self._refuse_closed()
-        self._own_process()
-        self._stop_producer()
-        self._refuse_closed()  # by another thread while the stop waited for a read
-        self._pass_over()
-        self._generation += 1
-        generation = self._generation
-        self.status = LoaderStatus.RUNNING
+        start, generation = self._begin(warn=False)
         # Watched as iteration without read-ahead is: a worker process's loader warned
         # of none of its stalls (its chunks were read unwatched).
-        for steps, arrays in self._watched_chunks(self.step, generation):
-            self._check_current(generation)
-            self.step = steps[-1] + 1
+        for steps, arrays in self._watched_chunks(start, generation):
+            with self._lock:
+                self._check_current(generation)
+                self.step = steps[-1] + 1
             yield steps, arrays
 
     def _read_ahead(self, start: int, generation: int) -> Iterator[tuple[list[int], Batch]]:
@@ -502,7 +580,7 @@ class Loader(Closing):
         ahead: Exception | None = None  # the error of the read-ahead started for current
         if current is not None and self._share:
             # Told its share before its first read, a source reads only that from the start.
-            ahead = self._prefetch(current[1])
+            ahead = self._prefetch(current[1], generation)
         first = True
         refused: Exception | None = None
         while current is not None:
@@ -513,29 +591,29 @@ class Loader(Closing):
                 # The next chunk's steps refused (past the last a state can follow, or
                 # past the sample numbers): this chunk's batches are handed out first.
                 following, refused = None, exc
-            self._followed_by(None if following is None else following[1])
+            self._followed_by(None if following is None else following[1], generation)
             steps = current[0]
             try:
-                raw = self._read_raw(*current)
+                raw = self._read_raw(*current, generation=generation)
             except Exception as exc:
                 if generation != self._generation:  # failed under a close(): no retry
                     raise
-                yield from step_by_step(steps, self._read_arrays, exc)
+                yield from step_by_step(steps, self._again(generation), exc)
                 raise  # step_by_step raises: not reached
             self._check_current(generation)
             if ahead is not None:
                 raise ahead
             if first:
-                yield from self._transform_chunk(steps, raw)
+                yield from self._transform_chunk(steps, raw, generation)
                 # Resumed after a close() (or a newer iteration): the next chunk is not
                 # read ahead, as a closed source told of it reopened its files.
                 self._check_current(generation)
             if following is not None:
-                ahead = self._prefetch(following[1])
+                ahead = self._prefetch(following[1], generation)
             if not first:
                 # Transformed after the next chunk's reads are started, so storage
                 # is busy while the transform runs.
-                yield from self._transform_chunk(steps, raw)
+                yield from self._transform_chunk(steps, raw, generation)
             first = False
             current = following
         # Past its last chunk too: an iterator whose loader was closed, rolled back or
@@ -545,43 +623,46 @@ class Loader(Closing):
             raise refused
 
     def _transform_chunk(
-        self, steps: list[int], raw: tuple[Batch, NDArray[np.int64], Batch]
+        self, steps: list[int], raw: tuple[Batch, NDArray[np.int64], Batch], generation: int
     ) -> Iterator[tuple[list[int], Batch]]:
         """The chunk, transformed; a transform that fails (on a row it refuses) fails the
         chunk, which is read again a step at a time, as a failed read is."""
         try:
             arrays = self._transformed(steps, *raw)
         except Exception as exc:
-            yield from step_by_step(steps, self._read_arrays, exc)
+            yield from step_by_step(steps, self._again(generation), exc)
             raise  # step_by_step raises: not reached
         yield steps, arrays
 
-    def _followed_by(self, samples: NDArray[np.int64] | None) -> None:
+    def _followed_by(self, samples: NDArray[np.int64] | None, generation: int) -> None:
         """Tell the source (if it asks) which samples follow the read about to be made
-        (``None``: none, the read is the last)."""
+        (``None``: none, the read is the last), while ``generation`` is current."""
         followed_by = getattr(self.source, "followed_by", None)
         if followed_by is not None:
             with self._read_lock:
+                self._check_current(generation)  # not after close(): see _read_raw
                 followed_by(self.seed, np.empty(0, np.int64) if samples is None else samples)
 
-    def _prefetch(self, ahead: NDArray[np.int64]) -> Exception | None:
-        """Tell the source (if it reads ahead) which samples come next; the error it
-        raised, if any, for the read of those samples to raise (:meth:`_read_ahead`)."""
+    def _prefetch(self, ahead: NDArray[np.int64], generation: int) -> Exception | None:
+        """Tell the source (if it reads ahead) which samples come next, while
+        ``generation`` is current; the error it raised, if any, for the read of those
+        samples to raise (:meth:`_read_ahead`)."""
         prefetch = getattr(self.source, "prefetch", None)
         if prefetch is None:
             return None
         t1 = time.perf_counter()
-        try:
-            with self._read_lock:
+        with self._read_lock:
+            self._check_current(generation)  # not after close(): see _read_raw
+            try:
                 if self._share:
                     b = self.batch_size
                     prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
                 else:
                     prefetch(self.seed, ahead)
-        except Exception as exc:
-            return exc
-        finally:
-            self.stats.prefetch_s += time.perf_counter() - t1
+            except Exception as exc:
+                return exc
+            finally:
+                self.stats.prefetch_s += time.perf_counter() - t1
         return None
 
     def _next_step(self) -> int:
@@ -623,14 +704,14 @@ class Loader(Closing):
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
         for steps, arrays in self._watched_chunks(start, generation):
             for t, batch in self._split(steps, arrays):
-                self._check_current(generation)
-                if self._ended_at(t):
-                    return
-                self.step = t + 1
+                with self._lock:  # load_state_dict() in another thread: its step stays
+                    self._check_current(generation)
+                    if self._ended_at(t):
+                        return
+                    self.step = t + 1
                 yield batch
 
     def _iter_async(self, start: int, generation: int) -> Iterator[Batch]:
-        self._check_current(generation)  # stale before its first next(): no thread starts
         # The queue holds whole chunks, so its cost is paid once per chunk, not per
         # batch: at least ``prefetch`` batches wait ready (one chunk, or more).
         producer = Prefetcher(
@@ -641,12 +722,14 @@ class Loader(Closing):
             start,
             depth=max(1, self.prefetch // self.chunk_steps),
         )
-        self._producer = producer
         stats = self.stats
         try:
-            # Started inside the try: a Ctrl-C while start() waits for the thread must
-            # still stop it (the thread holds the loader, so nothing else would).
-            producer.start()
+            with self._lock:  # never started once stale: no iter() or close() stops it then
+                self._check_current(generation)  # stale before its first next(): no thread
+                self._producer = producer
+                # Started inside the try: a Ctrl-C while start() waits for the thread must
+                # still stop it (the thread holds the loader, so nothing else would).
+                producer.start()
             while True:
                 item, waited_s = producer.get(self._watch)
                 stats.queue_wait_s += waited_s
@@ -664,29 +747,53 @@ class Loader(Closing):
                     item.exc.add_note(f"while reading step {step} (rank {self.rank})")
                     raise item.exc
                 for t, batch in item:  # type: ignore[attr-defined]
-                    self._check_current(generation)
-                    if self._ended_at(t):
-                        return
-                    self.step = t + 1
+                    with self._lock:  # load_state_dict() in another thread: its step stays
+                        self._check_current(generation)
+                        if self._ended_at(t):
+                            return
+                        self.step = t + 1
                     yield batch
         finally:
-            if self._producer is producer:
-                self._stop_producer()
+            with self._lock:  # unless another thread took it to stop (_retire)
+                mine = self._producer is producer
+                if mine:
+                    self._producer = None
+                    self._stopping.add(producer)
+            if mine:
+                self._stop(producer)
 
-    def _stop_producer(self, timeout: float | None = None) -> bool:
-        """Stop the producer thread; ``False`` if it is still inside a read after the wait.
+    def _end(self, generation: int) -> None:
+        """End the iteration of ``generation``, if it is still the loader's: its ``next()``
+        under way in another thread raises, and its read-ahead stops (:meth:`_Batches.close`)."""
+        with self._lock:
+            producer = self._retire() if generation == self._generation else None
+        self._stop(producer)
+
+    def _retire(self) -> Prefetcher | None:
+        """End the iteration under way (its iterator is stale from here) and take its
+        producer, for the caller to stop (:meth:`_stop`) once it has let go of the lock."""
+        self._generation += 1
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            self._stopping.add(producer)
+        return producer
+
+    def _stop(self, producer: Prefetcher | None, timeout: float | None = None) -> bool:
+        """Stop a producer thread :meth:`_retire` took; ``False`` if it is still inside a
+        read after the wait.
 
         Such a thread finishes that read in the background (:meth:`Prefetcher.stop`).
         It holds the source's read lock meanwhile, so a new iteration (of this loader,
         or of a new one over the same source) waits for it rather than reading beside it.
+        An interrupt in the wait leaves it in :attr:`_stopping`, for close() to stop.
         """
-        producer = self._producer
         if producer is None:
             return True
         stopped = producer.stop(_STOP_TIMEOUT_S if timeout is None else timeout)
-        self._producer = None
-        if not stopped:
-            self._left = producer
+        with self._lock:
+            self._stopping.discard(producer)
+            if not stopped:
+                self._left = producer
         return stopped
 
     def _in_stride(self, inside: tuple[int, int, float] | None) -> bool:
@@ -712,25 +819,45 @@ class Loader(Closing):
         A read that storage does not answer by then is left behind on its daemon
         thread, and the source is closed when it returns (:mod:`._shutdown`); a
         ``RuntimeWarning`` says so, unless that read has so far run no longer than 4x
-        this loader's mean read (slow, not stalled). Closing again does nothing.
+        this loader's mean read (slow, not stalled). Closing again does nothing; a
+        close() from another thread (or a signal handler) while one runs returns once
+        that one is done, and the next close() finishes one that an interrupt cut short.
         """
-        if self.status is LoaderStatus.CLOSED and self._pid == os.getpid():
+        if self._closed and self._pid == os.getpid():
             return
         self._close(_STOP_TIMEOUT_S, warn=True)
 
     def _close(self, timeout: float, *, warn: bool) -> None:
         self._own_process()  # in a forked child: not the parent's thread and lock, perhaps held
+        with self._closing:
+            if self._closed or self._in_close:
+                return
+            self._in_close = True
+            try:
+                self._close_now(timeout, warn=warn)
+            finally:
+                self._in_close = False
+
+    def _close_now(self, timeout: float, *, warn: bool) -> None:
         t0 = time.monotonic()
-        inside = self._inside
+        # First: a read that returns after the stop gave up on it reads nothing more
+        # (:meth:`_read_ahead`), and the iterator it wakes says the loader is closed.
+        with self._lock:
+            inside = self._inside
+            self.status = LoaderStatus.CLOSED
+            self._retire()
+            # Those being stopped by other threads too (an iter(), an iterator's end),
+            # and one an interrupt left there: none runs on after close() returns.
+            stopping = list(self._stopping)
         if self._left_reading():
             # An earlier stop (the iterator's, as Ctrl-C left it) waited for that read
             # already: no second wait, only the source's close (1.2 s, not 2 s, measured).
             timeout = SOURCE_CLOSE_S
-        # First: a read that returns after the stop gave up on it reads nothing more
-        # (:meth:`_read_ahead`), and the iterator it wakes says the loader is closed.
-        self._generation += 1
-        self.status = LoaderStatus.CLOSED
-        stopped = self._stop_producer(timeout) and not self._left_reading()
+        stopped = True
+        for producer in stopping:
+            wait = max(0.0, timeout - (time.monotonic() - t0))
+            stopped = self._stop(producer, wait) and stopped
+        stopped = stopped and not self._left_reading()
         close = getattr(self.source, "close", None)
         if close is None:
             closed = True
@@ -738,7 +865,12 @@ class Loader(Closing):
             # Another Loader (or Mixture) over the same source may be inside a read:
             # close between its reads, never under one (:func:`close_source`).
             left = max(timeout - (time.monotonic() - t0), SOURCE_CLOSE_S)
-            closed = close_source(close, self._read_lock, left, under_read=not stopped)
+            try:
+                closed = close_source(close, self._read_lock, left, under_read=not stopped)
+            except Exception:
+                self._closed = True  # the source's own error, raised once: not closed again
+                raise
+        self._closed = True  # before the warning: -W error must not undo the close
         slow = not stopped and self._in_stride(inside)  # ends soon; the source closes then
         if warn and not (stopped and closed) and not slow:
             warn_user(

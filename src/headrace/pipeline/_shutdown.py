@@ -25,8 +25,6 @@ import weakref
 from collections.abc import Callable
 from typing import Protocol
 
-from headrace.pipeline._loader_types import LoaderStatus
-
 __all__ = ["EXIT_CLOSE_S", "SOURCE_CLOSE_S", "close_source", "closed_at_exit", "left_behind"]
 
 #: How long exit waits for each loader still open (stalled storage: a hung NFS mount
@@ -39,7 +37,7 @@ SOURCE_CLOSE_S = 0.2
 
 
 class _Closable(Protocol):
-    status: LoaderStatus
+    _closed: bool  # its close() got as far as the source's close
 
     def _close(self, timeout: float, *, warn: bool) -> None: ...
 
@@ -129,5 +127,6 @@ def closed_at_exit(loader: _Closable) -> None:
 @atexit.register
 def close_open() -> None:
     for loader in list(_OPEN):
-        if loader.status is not LoaderStatus.CLOSED:
+        # Also one whose close() an interrupt cut short: CLOSED, its source still open.
+        if not loader._closed:
             loader._close(EXIT_CLOSE_S, warn=False)
