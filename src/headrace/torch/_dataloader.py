@@ -353,6 +353,8 @@ class HeadraceDataLoader(Closing):
             current = generation == (self._generation, ds._loads)
             if not self.persistent_workers or (failed and current):
                 workers.close()
+            if current:  # where the consumer stopped, for a stock DataLoader's workers
+                ds._post()
 
     def _from_slot(self, batch: Batch) -> TensorBatch | RaggedTensorBatch:
         if self.dataset.ragged:  # each sample a tensor, pinned one by one

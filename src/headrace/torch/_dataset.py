@@ -33,6 +33,7 @@ from headrace.plan import LoaderState
 from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._fork_server import preload_if_forking
+from headrace.torch._mailbox import Mailbox
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
 from headrace.torch._wrappers import refuse_wrappers
@@ -153,6 +154,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             self.origin,
         )
         self._loaded = False  # a state loaded here since the last iteration began
+        # Where the main process's dataset stands, for its persistent DataLoader workers.
+        self._mailbox = Mailbox()
+        self._fresh = False  # a worker's copy whose first iteration has not begun
         self._loads = 0  # states loaded in all: an iteration over it began before one is stale
         self._went = False  # iterated in this process since it was made or a state loaded
 
@@ -218,6 +222,13 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
+        self._post()
+
+    def _post(self) -> None:
+        """In the main process: tell persistent DataLoader workers already running that
+        their next iteration starts where this dataset now stands, as new workers would
+        (they went on from where it stood when they started; see ``_mailbox``)."""
+        self._mailbox.post((self._start, self._phase, self.seed, self.origin))
 
     def _read_on(self, *, in_worker: bool) -> None:
         """Start the next iteration at the step the last one in the main process
@@ -244,6 +255,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             self._pid = pid
             self._came = (self._start, self._phase, self.seed, self.origin)
             self._loaded = False
+            self._fresh = True
 
     def _position(self) -> int:
         """The step ``state_dict()`` names, cheaply: read at every batch through
@@ -368,6 +380,13 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._check_ranks()
         if info is not None:
             self._arrive()
+            # A persistent worker's later iteration starts where the main process's
+            # dataset now stands (its first, where the copy came from: a state posted
+            # between fork and its first iteration reaches every worker at the next).
+            news = None if self._fresh else self._mailbox.news()
+            self._fresh = False
+            if news is not None:
+                self._came = news
             if not self._loaded:
                 self._start, self._phase, self.seed, self.origin = self._came
         self._loaded = False
@@ -420,6 +439,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             ) from exc
         finally:
             loader.close()
+            if loader is self._loader:  # where this iteration stopped (a worker's: no post)
+                self._mailbox.post((loader.step, loader.step, self.seed, self.origin))
 
     def __getstate__(self) -> dict[str, Any]:
         # Checked here too: a spawned worker has no process group to check against.
@@ -434,6 +455,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
         state["_loader"] = None
+        if get_spawning_popen() is None:  # a copy (pickle, copy.copy): another dataset
+            state["_mailbox"] = Mailbox()
         return state
 
     def _check_pickles(self) -> None:

@@ -1,0 +1,104 @@
+"""Where the main process's :class:`~headrace.torch.TorchDataset` stands, shared with
+the persistent workers of a stock ``DataLoader`` over it.
+
+A DataLoader worker copies the dataset once, when it starts (forked, or unpickled by
+spawn and forkserver), and each of its iterations starts where that copy says. A
+persistent worker outlives the iteration, and a DataLoader sends it nothing of the
+dataset at the next ``iter()`` (only torch's ``_ResumeIteration``): a
+``ds.load_state_dict(ds.state_at(step))`` in the main process between epochs was
+ignored, and the persistent workers started again where the main process had stood
+when they started (step 0: the run's first steps again), where new workers started at
+the loaded step. The main process posts its position here at each change; a worker's
+later iterations start at the last post, as new workers would.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import weakref
+from multiprocessing import heap, reduction
+from multiprocessing.context import get_spawning_popen
+from typing import Any
+
+__all__ = ["Mailbox"]
+
+# The cells: a count of posts, then the start step, phase, seed and origin (-1 without).
+_VERSION, _START, _PHASE, _SEED, _ORIGIN_STEP, _ORIGIN_SAMPLE = range(6)
+_BYTES = 6 * 8
+
+Position = tuple[int, int, int, tuple[int, int] | None]
+
+
+class Mailbox:
+    """Six shared integers, written by the process that made it, read by its DataLoader's
+    workers: a block of ``multiprocessing``'s shared heap (one file descriptor a process
+    for all of them, not one a dataset), inherited by forked workers and handed to
+    spawn and forkserver ones with their start."""
+
+    def __init__(self) -> None:
+        self._keep: Any = heap.BufferWrapper(_BYTES)  # freed (to the heap) with this
+        self._cells = self._keep.create_memoryview().cast("q")
+        self._cells[:] = memoryview(bytes(_BYTES)).cast("q")  # a used block is not zeroed
+        self._seen = 0  # the post this copy's position stands for
+        self._owner = os.getpid()
+
+    def post(self, position: Position) -> None:
+        """In the process that made it (elsewhere nothing): the position its dataset's
+        workers start their next iteration at."""
+        if os.getpid() != self._owner:
+            return
+        start, phase, seed, origin = position
+        cells = self._cells
+        cells[_START], cells[_PHASE], cells[_SEED] = start, phase, seed
+        cells[_ORIGIN_STEP], cells[_ORIGIN_SAMPLE] = (-1, -1) if origin is None else origin
+        cells[_VERSION] += 1  # last: a reader that sees the count sees the position
+        self._seen = cells[_VERSION]
+
+    def news(self) -> Position | None:
+        """The position posted since this copy's (``None`` if none was)."""
+        cells = self._cells
+        version = cells[_VERSION]
+        if version == self._seen:
+            return None
+        self._seen = version
+        origin = cells[_ORIGIN_STEP], cells[_ORIGIN_SAMPLE]
+        return cells[_START], cells[_PHASE], cells[_SEED], None if origin[0] < 0 else origin
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Shared only with a worker being started (its heap's fd handed over with it, as
+        # multiprocessing's own reduction of the heap does, in terms any pickler takes):
+        # a copy pickled or deep-copied otherwise is another dataset, with a mailbox of
+        # its own.
+        if get_spawning_popen() is None:
+            return (Mailbox, ())
+        (arena, start, _), _ = self._keep._state
+        try:
+            fd = _hand_over(arena.fd)
+        except Exception:  # a start that takes no descriptors (not one of Python's)
+            return (Mailbox, ())  # its worker's iterations start where the copy came from
+        return (_shared, (arena.size, fd, start, self._seen, self._owner))
+
+
+#: The heap descriptors handed to each worker being started: once each (several
+#: datasets of one heap, in a ChainDataset: spawn refused a descriptor given twice).
+_handed: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+
+
+def _hand_over(fd: int) -> Any:
+    given = _handed.setdefault(get_spawning_popen(), {})
+    if fd not in given:
+        given[fd] = reduction.DupFd(fd)
+    return given[fd]
+
+
+def _shared(size: int, fd: Any, start: int, seen: int, owner: int) -> Mailbox:
+    """The mailbox of the main process, in a worker it started."""
+    # The descriptor stays open, as multiprocessing's own rebuilt heaps keep theirs: the
+    # other datasets of that heap in the same worker's pickle map it too.
+    whole = mmap.mmap(fd.detach(), size)
+    box = Mailbox.__new__(Mailbox)
+    box._keep = whole
+    box._cells = memoryview(whole)[start : start + _BYTES].cast("q")
+    box._seen, box._owner = seen, owner
+    return box
