@@ -15,6 +15,7 @@ __all__ = [
     "byte_size",
     "count_fix",
     "framework_missing",
+    "masked_field",
     "object_field",
     "refuse_a_set",
     "said",
@@ -82,6 +83,17 @@ def framework_missing(module: str, package: str) -> ModuleNotFoundError:
         f"{module} needs {package}, which is not installed: pip install 'headrace[{package}]' "
         f"(or {package} built for your accelerator, from {package}'s install guide)",
         name=package,
+    )
+
+
+def masked_field(name: str, keeps: str) -> str:
+    """The refusal of a masked array field (``np.ma.MaskedArray``, a transform's) where the
+    batch goes on without its mask, which would make its masked items real ones:
+    ``keeps`` says what goes on ("a tensor holds its data")."""
+    return (
+        f"field {name!r} is a masked array: {keeps}, not its mask; pass them as two fields "
+        f"(np.ma.getdata({name}) and np.ma.getmaskarray({name})), or fill the masked "
+        f"items ({name}.filled(value))"
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import masked_field
 from headrace.errors import DataError
 from headrace.pipeline import Batch
 
@@ -56,11 +57,7 @@ def pack(batch: Batch) -> Packed:
     alone: list[tuple[str, NDArray[Any]]] = []
     for name, a in batch.items():
         if isinstance(a, np.ma.MaskedArray):
-            raise DataError(
-                f"field {name!r} is a masked array: a packed batch carries its bytes, not its "
-                f"mask; pass them as two fields (np.ma.getdata({name}) and "
-                f"np.ma.getmaskarray({name})), or fill the masked items ({name}.filled(value))"
-            )
+            raise DataError(masked_field(name, "a packed batch carries its bytes"))
         r = _root(a)
         start = a.__array_interface__["data"][0] - r.__array_interface__["data"][0]
         isz = a.itemsize

@@ -91,7 +91,7 @@ def pad_batch(
     dtype = _numpy_dtype(dtype)
     torch_out = False
     rows: list[NDArray[Any]] | None = None
-    if isinstance(seqs, formats.Ragged) and not _numbers(seqs.values):
+    if isinstance(seqs, formats.Ragged) and not _ragged.numbers(seqs.values):
         # Masked values, Python objects, or no numbers: row by row, as arrays are checked.
         seqs = [seqs.row(i) for i in range(len(seqs))]
     if isinstance(seqs, formats.Ragged):
@@ -490,19 +490,6 @@ def _flatten(
     return values, offsets, None, False
 
 
-def _numbers(a: NDArray[Any]) -> bool:
-    """An unmasked array of numbers."""
-    return not isinstance(a, np.ma.MaskedArray) and _number_dtype(a.dtype)
-
-
-def _number_dtype(dt: np.dtype[Any]) -> bool:
-    """A dtype of numbers (ml_dtypes' bfloat16 and float8 are of kind "V" too, not
-    records or raw bytes)."""
-    if dt.kind in "OMmUSc":
-        return False
-    return dt.kind != "V" or not (dt.names or dt.type is np.void)
-
-
 def _numbers_type(rows: list[NDArray[Any]]) -> np.dtype[Any] | None:
     """The array rows' result type, if it is of numbers (a row of strings, dates,
     records, complex or Python objects makes one that is not, or none)."""
@@ -510,7 +497,7 @@ def _numbers_type(rows: list[NDArray[Any]]) -> np.dtype[Any] | None:
         found = np.result_type(*rows)
     except TypeError:  # DTypePromotionError: dates beside numbers
         return None
-    return found if _number_dtype(found) else None
+    return found if _ragged.number_dtype(found) else None
 
 
 def _plain_row(i: int, row: Any) -> Any:
@@ -521,11 +508,8 @@ def _plain_row(i: int, row: Any) -> Any:
     if not isinstance(row, np.ndarray):
         return row
     if isinstance(row, np.ma.MaskedArray):
-        mask = np.ma.getmask(row)
-        # (A record array's mask is of records: refused below, with its dtype.)
-        if isinstance(mask, np.ndarray) and not mask.dtype.names and mask.any():
-            by_item = mask.reshape(len(mask), -1) if mask.ndim else mask.reshape(1, 1)
-            j = int(np.flatnonzero(by_item.any(axis=1))[0])
+        j = _ragged.first_masked(np.ma.getmask(row))
+        if j is not None:
             raise errors.ConfigError(
                 f"row {i} is a masked array whose item {j} is masked; pad_batch pads every "
                 "item of a row (its mask marks padding, not masked items): drop the masked "
@@ -537,23 +521,13 @@ def _plain_row(i: int, row: Any) -> Any:
         return row  # a scalar: said so where rows are looked at
     if dt.hasobject and row.ndim == 1:
         return row.tolist()  # Python objects: checked as a list's items are
-    if _numbers(row):
+    if _ragged.numbers(row):
         return row
-    if dt.kind in "Mm":
-        unit = "datetime64" if dt.kind == "M" else "timedelta64"
-        how = (
-            f"pad their counts in one unit for every row (row.astype('{unit}[ms]').view(np.int64))"
-        )
-    elif dt.kind in "US":
-        how = "its strings are not parsed: convert them (row.astype(np.int64)) or tokenize them"
-    elif dt.kind == "c":
-        how = "pad its .real and .imag apart"
-    elif dt.names:
-        how = f"pad one field (row[{dt.names[0]!r}])"
-    else:
-        how = "pad an array of numbers"
     shape = "" if dt.kind != "O" else f" and shape {row.shape}"
-    raise errors.ConfigError(f"row {i} has dtype {dt}{shape}, which holds no numbers to pad; {how}")
+    raise errors.ConfigError(
+        f"row {i} has dtype {dt}{shape}, which holds no numbers to pad; "
+        f"{_ragged.no_numbers(dt, 'row')}"
+    )
 
 
 def _first_sequence(rows: list[Any]) -> tuple[int, Any] | None:

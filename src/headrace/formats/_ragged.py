@@ -40,6 +40,87 @@ def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None
         raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype} (becomes {cast})")
 
 
+def number_dtype(dt: np.dtype[Any]) -> bool:
+    """A dtype of numbers (ml_dtypes' bfloat16 and float8 are of kind "V" too, not
+    records or raw bytes)."""
+    if dt.kind in "OMmUSc":
+        return False
+    return dt.kind != "V" or not (dt.names or dt.type is np.void)
+
+
+def numbers(a: NDArray[Any]) -> bool:
+    """An unmasked array of numbers."""
+    return not isinstance(a, np.ma.MaskedArray) and number_dtype(a.dtype)
+
+
+def first_masked(mask: Any) -> int | None:
+    """The first item (along the first axis) of which a masked array's ``mask``
+    (``np.ma.getmask``) masks any part; ``None``: none, or no mask (``nomask``; a record
+    array's mask is of records, whose dtype is refused with its values')."""
+    if not isinstance(mask, np.ndarray) or mask.dtype.names or not mask.any():
+        return None
+    by_item = mask.reshape(len(mask), -1) if mask.ndim else mask.reshape(1, 1)
+    return int(np.flatnonzero(by_item.any(axis=1))[0])
+
+
+def no_numbers(dt: np.dtype[Any], name: str) -> str:
+    """What to do with ``name`` (an array of ``dt``, which holds no numbers to pad: dates,
+    strings, records, complex) rather than have a cast parse, drop or reinterpret it."""
+    if dt.kind in "Mm":
+        unit = "datetime64" if dt.kind == "M" else "timedelta64"
+        counts = f"{name}.astype('{unit}[ms]').view(np.int64)"
+        return f"pad their counts in one unit for every row ({counts})"
+    if dt.kind in "US":
+        return (
+            f"its strings are not parsed: convert them ({name}.astype(np.int64)) or tokenize them"
+        )
+    if dt.kind == "c":
+        return "pad its .real and .imag apart"
+    if dt.names:
+        return f"pad one field ({name}[{dt.names[0]!r}])"
+    return "pad an array of numbers"
+
+
+def padded_values(
+    values: NDArray[Any], spans: NDArray[np.int64], who: str, rows: NDArray[np.int64] | None = None
+) -> NDArray[Any]:
+    """``values`` as ``who`` pads them, checked as :func:`headrace.collate.pad_batch`
+    checks rows: a masked array's data, refused where an item inside ``spans`` (rows'
+    offsets; lists' for a :class:`Nested`, whose ``rows`` are its offsets) is masked
+    (padding would make it a real one); values of no numbers (dates, strings, records,
+    complex, Python objects) refused, where padding would cast, drop or reinterpret them."""
+    if numbers(values):
+        return values
+    if isinstance(values, np.ma.MaskedArray):
+        lo, mask = int(spans[0]), np.ma.getmask(values)
+        k = first_masked(mask[lo : int(spans[-1])]) if isinstance(mask, np.ndarray) else None
+        if k is not None:
+            at = lo + k
+            j = int(np.searchsorted(spans, at, side="right")) - 1
+            where = f"row {j}"
+            if rows is not None:
+                i = int(np.searchsorted(rows, j, side="right")) - 1
+                where = f"row {i}'s list {j - int(rows[i])}"
+            raise ConfigError(
+                f"{who}: {where}'s item {at - int(spans[j])} is masked (values is a masked "
+                "array); padding makes every item real (its mask marks padding, not masked "
+                "items): fill them (values.filled(value)) or leave them out of the rows"
+            )
+        values = np.ma.getdata(values)
+    dt = values.dtype
+    if number_dtype(dt):
+        return values
+    if dt.hasobject:
+        how = (
+            "its items are Python objects: give values an array of numbers "
+            "(np.asarray(values, dtype=...)), or pad the rows with "
+            "headrace.collate.pad_batch, which checks each item"
+        )
+    else:
+        how = no_numbers(dt, "values")
+    raise ConfigError(f"{who}: values of dtype {dt} hold no numbers to pad; {how}")
+
+
 def check_width(width: object, least: int = 0) -> int:
     """``width`` as an int: a Python or NumPy integer of at least ``least`` (a width taken
     from ``lengths.max()`` is a NumPy one); a bool, a float or less raises ``ValueError``."""
@@ -121,14 +202,19 @@ class Ragged:
         """A ``(rows, width, *item shape)`` array and its ``(rows, width)`` mask: one
         allocation each, no per-row loop. The values' dtype in native byte order, as
         :func:`headrace.collate.pad_batch` gives (``>u2``, which torch refuses, was kept).
-        ``width=None``: the longest row's, as pad_batch takes it (was a TypeError)."""
+        ``width=None``: the longest row's, as pad_batch takes it (was a TypeError). Values
+        are checked as pad_batch checks rows (:func:`padded_values`): a masked item, or
+        values of no numbers (dates, strings, records, complex, Python objects), raise
+        :class:`ConfigError` saying what to do; a date's counts pad (``values.view(np.int64)``,
+        as TableSource pads lists of timestamps)."""
         checked = check_side_and_width(side, width)  # a NumPy integer too
         width = int(self.lengths.max(initial=0)) if checked is None else checked
-        check_pad_value(pad_value, self.values.dtype)
-        native = self.values.dtype.newbyteorder("=")
-        out = np.full((len(self), width, *self.values.shape[1:]), pad_value, native)
+        values = padded_values(self.values, self.offsets, "Ragged.pad")
+        check_pad_value(pad_value, values.dtype)
+        native = values.dtype.newbyteorder("=")
+        out = np.full((len(self), width, *values.shape[1:]), pad_value, native)
         mask = np.empty((len(self), width), dtype=np.bool_)
-        Ragged.fill(self.values, self.offsets, out, mask, left=side == "left", truncate=truncate)
+        Ragged.fill(values, self.offsets, out, mask, left=side == "left", truncate=truncate)
         return out, mask
 
     def row(self, i: int) -> NDArray[np.generic]:
@@ -244,7 +330,8 @@ class Nested:
         ``widths[0]`` and each list's items to ``widths[1]`` on the right; a row of more
         lists, or a list of more items, raises :class:`ConfigError` naming it, unless
         ``truncate`` (its first ones kept). One allocation each, no per-row loop."""
-        check_pad_value(pad_value, self.values.dtype)
+        values = padded_values(self.values, self.lists, "Nested.pad", self.offsets)
+        check_pad_value(pad_value, values.dtype)
         if not isinstance(widths, tuple | list) or len(widths) != 2:
             raise ConfigError(f"widths must be a pair (lists, items) of integers (got {widths!r})")
         got = []
@@ -264,10 +351,10 @@ class Nested:
         kept = place < w1
         keep = np.minimum(sizes, w2) * kept  # items kept of each list
         # Native, as Ragged.pad gives: torch.from_numpy refuses a big-endian ">i4".
-        out = np.full((n, w1, w2), pad_value, dtype=self.values.dtype.newbyteorder("="))
+        out = np.full((n, w1, w2), pad_value, dtype=values.dtype.newbyteorder("="))
         mask = np.zeros((n, w1, w2), dtype=np.bool_)
         mask[row[kept], place[kept]] = np.arange(w2) < keep[kept][:, None]
         # The mask walks out row-major: each kept list's first items, in order.
         step = np.arange(int(keep.sum()), dtype=np.int64) - np.repeat(np.cumsum(keep) - keep, keep)
-        out[mask] = self.values[np.repeat(self.lists[:-1], keep) + step]
+        out[mask] = values[np.repeat(self.lists[:-1], keep) + step]
         return out, mask

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from headrace._messages import object_field
+from headrace._messages import masked_field, object_field
 from headrace.errors import ConfigError, DataError
 from headrace.pipeline import Batch
 from headrace.torch._tensors import (
@@ -133,6 +133,8 @@ def _samples(
                 f"{object_field(name, a)}, which make no tensor, in a list or not: turn "
                 "them into numbers with a transform, or leave the field out of the batch"
             )
+        if isinstance(e, np.ma.MaskedArray):  # from_numpy would drop its mask
+            raise DataError(masked_field(f"{name}[{i}]", "a tensor holds its data"))
         if not torch_has(e.dtype):
             raise DataError(
                 f"field {name!r}: sample {i} of the batch has dtype {e.dtype}, which torch "

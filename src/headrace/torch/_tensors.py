@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from headrace._messages import object_field
+from headrace._messages import masked_field, object_field
 from headrace._pack import Packed, pack
 from headrace._warn import warn_user
 from headrace.errors import DataError
@@ -93,9 +93,12 @@ def tensorable(batch: Batch) -> Batch:
     as big-endian NPY arrays read as stored, converted to this machine's, which
     torch.from_numpy refuses); fields torch has no tensor for refused by name (a ragged
     field, samples of several shapes as an object array, or a structured or float128
-    NPY array would fail in torch with no hint of which)."""
+    NPY array would fail in torch with no hint of which), and so is a masked array
+    (torch.from_numpy took its data and dropped its mask)."""
     out = batch
     for k, a in batch.items():
+        if isinstance(a, np.ma.MaskedArray):
+            raise DataError(masked_field(k, "a tensor holds its data"))
         if a.dtype == object:
             raise DataError(
                 f"{object_field(k, a.flat)}, which make no tensor: take each sample's "
