@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from headrace.errors import ConfigError
@@ -14,6 +14,7 @@ __all__ = [
     "RECOPY",
     "byte_size",
     "count_fix",
+    "first_failed",
     "framework_missing",
     "masked_field",
     "object_field",
@@ -54,6 +55,24 @@ def some_of(names: list[str], most: int = 8) -> str:
     """The first ``most`` of ``names``, joined: ``a, b and 3 more``."""
     more = f" and {len(names) - most} more" if len(names) > most else ""
     return ", ".join(names[:most]) + more
+
+
+def first_failed(failed: Sequence[tuple[str, BaseException]], what: str) -> BaseException:
+    """The first of ``failed`` (each file's name and error, in file order), with a note
+    naming the others (``what``: the note's words, as "of the table failed to open too")
+    and those errors, as its ``others_failed`` (``headrace check --json`` lists each, as it
+    does a FileSource's failed headers: the note names 8)."""
+    first, others = failed[0][1], [str(f) for f, _ in failed[1:]]
+    # Errors alone: a Ctrl-C in another file's open is not a problem of that file.
+    setattr(  # noqa: B010 (undeclared)
+        first, "others_failed", [e for _, e in failed[1:] if isinstance(e, Exception)]
+    )
+    if others:
+        # Named, not counted: headrace check stops here, and a count sent the user to
+        # open the files one at a time to find which.
+        files_ = "file" if len(others) == 1 else "files"
+        first.add_note(f"{len(others)} other {files_} {what}: {some_of(others)}")
+    return first
 
 
 def count_fix(says: str) -> str:

@@ -485,6 +485,11 @@ def check(args: argparse.Namespace) -> list[Kind]:
     _refuse_empty(args)
     if args.action:
         if _is_compare(args.action):
+            if args.action[1] == args.action[2] == "-":
+                raise ConfigError(
+                    "compare - -: stdin holds one report; give the other as a file, e.g. "
+                    "headrace bench --json - | headrace bench compare A.json -"
+                )
             _refuse_run_flags(args)
             return []
         if _is_plot(args.action):

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from headrace.bench._report import (
     SCHEMA_VERSION,
@@ -25,19 +25,33 @@ __all__ = ["compare", "load_report"]
 
 def load_report(path: str, *, reports: str = "two reports") -> dict[str, Any]:
     """A ``--json`` report, or a ConfigError saying what is wrong with the file (``reports``:
-    what the command takes, for the message: compare two reports, plot one)."""
+    what the command takes, for the message: compare two reports, plot one). ``-``: the
+    report on stdin (as ``--json -`` writes one), named "stdin" in messages."""
+    if path == "-":
+        # `headrace bench --json - | headrace bench compare A.json -` read a file named '-'.
+        return _report("stdin", sys.stdin)
     try:
-        with open(path) as f:
-            report = json.load(f, parse_constant=lambda name: _no_constant(path, name))
+        f = open(path)  # closed below: its errors told apart from the report's
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such file; give {reports} written by 'headrace bench --json PATH'"
         ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    with f:
+        return _report(path, f)
+
+
+def _report(path: str, f: IO[str]) -> dict[str, Any]:
+    """:func:`load_report` of the open ``f`` (``path``: its name in messages)."""
+    try:
+        report = json.load(f, parse_constant=lambda name: _no_constant(path, name))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
+        empty = "; nothing was piped in" if path == "stdin" and not exc.doc.strip() else ""
         raise ConfigError(
-            f"{path}: not JSON ({exc}); expected a report written by 'headrace bench --json'"
+            f"{path}: not JSON ({exc}{empty}); expected a report written by 'headrace bench --json'"
         ) from None
     results = report.get("results") if isinstance(report, dict) else None
     if not isinstance(results, list) or not all(

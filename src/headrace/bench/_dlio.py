@@ -279,8 +279,9 @@ def _section(doc: Mapping[str, Any], name: str, path: str) -> Mapping[str, Any]:
 
 def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[float, str]:
     """DLIO's record size: ``record_dims`` x ``record_element_type``'s size where given
-    (before ``record_length``), else ``record_length_bytes``/``record_length``; and a
-    note for the plan where DLIO reads the element type otherwise."""
+    (before ``record_length``), else ``record_length_bytes``/``record_length`` (whole
+    bytes); and a note for the plan where DLIO reads the element type otherwise, or a
+    fraction of a byte was dropped."""
     dims = ds.get("record_dims")
     kind = ds.get("record_element_type", "uint8")
     if fmt in ("jpeg", "png"):
@@ -298,7 +299,17 @@ def _record(ds: Mapping[str, Any], where: str, fmt: str, stdev: float) -> tuple[
         # record_length_bytes was taken without a word here, and DLIO stops on it.
         size, note = _element_bytes(kind, where), ""
     if not dims:
-        return _number(ds, ("record_length_bytes", "record_length"), 65536, where), ""
+        keys = ("record_length_bytes", "record_length")
+        record = _number(ds, keys, 65536, where)
+        if record >= 1 and not float(record).is_integer():
+            # DLIO takes it as given (LoadConfig assigns it) and makes records
+            # int(sqrt(record)) a side: the fraction of a byte is dropped, never made a
+            # byte more. Until 2026-12-07 rounded here (1000.7 to 1001 B) without a word.
+            key = next(k for k in keys if k in ds)
+            whole = math.floor(record)
+            said = f"; {key} {record} read as {whole} B (whole bytes: DLIO drops the fraction)"
+            return float(whole), said
+        return record, ""
     if not isinstance(dims, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
     ):

@@ -165,7 +165,7 @@ def _node_counts(pa: Any, typ: Any) -> int:
 def _buffer_counts(pa: Any, typ: Any) -> int | None:
     """Buffers a column of ``typ`` has in a record batch body (its own, then its
     children's), as Arrow's columnar format lists them; ``None`` for layouts not
-    listed here (unions, views, run-end encoded), whose columns are then not fetched
+    listed here (unions, string views, run-end encoded), whose columns are then not fetched
     apart from the others."""
     t = pa.types
     if isinstance(typ, pa.ExtensionType):
@@ -178,6 +178,8 @@ def _buffer_counts(pa: Any, typ: Any) -> int | None:
         return 3  # validity, offsets, data
     if t.is_list(typ) or t.is_large_list(typ) or t.is_map(typ):
         own = 2  # validity, offsets
+    elif t.is_list_view(typ) or t.is_large_list_view(typ):
+        own = 3  # validity, offsets, sizes
     elif t.is_fixed_size_list(typ) or t.is_struct(typ):
         own = 1  # validity
     elif typ.num_fields == 0 and (

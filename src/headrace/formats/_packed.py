@@ -27,6 +27,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -206,9 +207,18 @@ def _column_stream(pa: Any, path: str, column: str) -> _Stream:
     return dtype, segments, starts, n, part.stamp
 
 
+@dataclass(frozen=True)
+class _Views:
+    """A list view's rows (``list_view``, ``large_list_view``): an offset and a size each,
+    of ``width``, the rows anywhere in the values (out of order, overlapping)."""
+
+    width: np.dtype[Any]
+
+
 #: How a column's rows are found in its values: the dtype of its row offsets (a
-#: ``list``, ``large_list``), or every row's length (a ``fixed_size_list``, which has none).
-_Rows = np.dtype[Any] | int
+#: ``list``, ``large_list``), every row's length (a ``fixed_size_list``, which has none),
+#: or a list view's offsets and sizes.
+_Rows = np.dtype[Any] | int | _Views
 
 
 def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtype[Any], _Rows]:
@@ -218,16 +228,14 @@ def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtyp
         raise ConfigError(f"{path}: no column {column!r}; it has {', '.join(schema.names)}")
     typ = schema.field(column).type
     t = pa.types
-    listed = t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ)
-    # A list view's rows are not one run of its ids: a list of them once cast.
+    # A list view's rows are byte ranges of its ids too, one a row (or a run of rows).
     view = t.is_list_view(typ) or t.is_large_list_view(typ)
+    listed = t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ) or view
     if not listed or not (
         t.is_integer(typ.value_type) and numeric_dtype(pa, typ.value_type) in PACKED_DTYPES
     ):
         # Casting helps a list of other numbers; another kind of column is the wrong one.
-        if view and t.is_integer(typ.value_type):
-            fix = "cast it to a list first, e.g. pyarrow's table.cast() to list<int32> ids"
-        elif listed and t.is_integer(typ.value_type):
+        if listed and t.is_integer(typ.value_type):
             fix = (
                 f"cast it first, e.g. datasets' ds.cast_column({column!r}, "
                 "Sequence(Value('int32')))"
@@ -240,9 +248,8 @@ def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtyp
         )
     if t.is_fixed_size_list(typ):
         return numeric_dtype(pa, typ.value_type), int(typ.list_size)
-    return numeric_dtype(pa, typ.value_type), np.dtype(
-        np.int64 if t.is_large_list(typ) else np.int32
-    )
+    width = np.dtype(np.int64 if t.is_large_list(typ) or t.is_large_list_view(typ) else np.int32)
+    return numeric_dtype(pa, typ.value_type), _Views(width) if view else width
 
 
 def _remote_stream(
@@ -285,26 +292,36 @@ def _remote_stream(
             dtypes.add(dtype)
             handle = files.open(part.path, info.size, info.etag)
             plans.append(_offset_reads(pa, part, handle, column, layout))
-        wait_all([f for _, reads in plans for _, _, _, f in reads])
+        wait_all([f for _, reads in plans for _, _, _, fs in reads for f in fs])
     finally:
         files.close()
     dtype = dtypes.pop()
     isz = dtype.itemsize
-    segments, bounds = [], []
+    segments: list[tuple[int, int, int]] = []
+    bounds: list[NDArray[np.int64]] = []
     tokens = 0
     first_rows: list[int] = []  # the dataset row each shard's rows start at
     rows = 0
     for m, (part, reads) in enumerate(zip(parts, [r for _, r in plans], strict=True)):
         first_rows.append(rows)
         for b, (at, limit, fetched, _) in enumerate(reads):
-            offsets = fetched.astype(np.int64)
-            _check_offsets(part.path, column, b, rows - first_rows[-1], offsets, limit // isz)
-            rows += len(offsets) - 1
-            n = int(offsets[-1] - offsets[0])
-            if n:
-                segments.append((m, at + int(offsets[0]) * isz, n * isz))
-            bounds.append(tokens + offsets[:-1] - offsets[0])
-            tokens += n
+            row = rows - first_rows[-1]
+            if fetched.ndim == 2:  # a list view's offsets and sizes
+                runs, lengths, rel = _view_runs(
+                    part.path, column, b, row, fetched[0], fetched[1], limit // isz
+                )
+                rows += fetched.shape[1]
+            else:
+                offsets = fetched.astype(np.int64)
+                _check_offsets(part.path, column, b, row, offsets, limit // isz)
+                runs, lengths, rel = _list_runs(offsets)
+                rows += len(offsets) - 1
+            segments.extend(
+                (m, at + first * isz, n * isz)
+                for first, n in zip(runs.tolist(), lengths.tolist(), strict=True)
+            )
+            bounds.append(tokens + rel)
+            tokens += int(lengths.sum())
     urls = [u for u, _ in objects]
     if tokens == 0:
         raise DataError(f"{root}: column {column!r} holds no tokens in {len(urls)} file(s)")
@@ -324,24 +341,26 @@ def _remote_stream(
 
 def _offset_reads(
     pa: Any, part: Any, handle: Any, column: str, layout: _Rows
-) -> tuple[Any, list[tuple[int, int, NDArray[Any], Future[None]]]]:
+) -> tuple[Any, list[tuple[int, int, NDArray[Any], list[Future[None]]]]]:
     """Per record batch of ``part``: (where its values of ``column`` start in the object,
-    how many bytes they may take, its row offsets (being fetched), the GET's future)."""
+    how many bytes they may take, its row offsets (being fetched; a list view's: its
+    rows' offsets, then their sizes, 2 x rows), the GETs' futures)."""
     from headrace.formats._arrow_format import _buffer_counts, _node_counts
 
     schema, index = part.schema, part.index
     c = schema.get_field_index(column)
     node = sum(_node_counts(pa, schema.field(i).type) for i in range(c))
-    counts = [_buffer_counts(pa, schema.field(i).type) for i in range(c + 1)]
+    counts = [_buffer_counts(pa, schema.field(i).type) for i in range(c)]
     if any(k is None for k in counts):
         raise ConfigError(
             f"{part.path}: a column before {column!r} has a layout packing cannot step "
             "over (a union, view or run-end encoded column): drop it before saving"
         )
-    first = sum(k for k in counts[:-1] if k is not None)
-    # The column's buffers: validity, offsets (not in a fixed-size list), the ids' validity,
-    # the ids.
-    values = first + (2 if isinstance(layout, int) else 3)
+    first = sum(k for k in counts if k is not None)
+    unknown = [f.name for f in schema if _buffer_counts(pa, f.type) is None]
+    # The column's buffers: validity, offsets (not in a fixed-size list), sizes (a list
+    # view's), the ids' validity, the ids.
+    values = first + (2 if isinstance(layout, int) else 4 if isinstance(layout, _Views) else 3)
     reads = []
     row = 0
     for b, (start, _) in enumerate(index.spans):
@@ -356,6 +375,16 @@ def _offset_reads(
                 f"{part.path}: column {column!r} has null token ids in rows {row} to "
                 f"{row + rows - 1}"
             )
+        if bufs is None and unknown:
+            # Not compressed (said so before): the object's index lists no buffers where
+            # a column's layout is not known to it (a view: list views until
+            # _arrow_format counts them), so its ids cannot be found in the body.
+            raise ConfigError(
+                f"{part.path}: column(s) {', '.join(map(repr, unknown))} have a layout "
+                "whose buffers packing cannot find in an object's record batches; pack "
+                "a local copy (read by the file's own reader), or drop or rewrite them "
+                "as lists before saving"
+            )
         if bufs is None:
             raise FormatError(
                 f"{part.path}: record batch {b} is compressed; packing reads token lists as "
@@ -363,7 +392,19 @@ def _offset_reads(
             )
         body = start + index.heads[b]
         fut: Future[None] = Future()
-        if isinstance(layout, int):  # row i: ids [i * size, (i + 1) * size)
+        more: list[Future[None]] = []
+        if isinstance(layout, _Views):  # each row's offset, then each row's size
+            offsets = np.zeros((2, rows), dtype=layout.width)
+            for k in (0, 1):
+                at, size = bufs[first + 1 + k].tolist()
+                if size < offsets[k].nbytes:
+                    what = ("offsets", "sizes")[k]
+                    raise FormatError(
+                        f"{part.path}: record batch {b}: {size} bytes of row {what} for {rows} rows"
+                    )
+                more.append(handle.read_into(offsets[k], body + at))
+            fut.set_result(None)
+        elif isinstance(layout, int):  # row i: ids [i * size, (i + 1) * size)
             offsets = np.arange(rows + 1, dtype=np.int64) * layout
             fut.set_result(None)
         elif rows:
@@ -378,7 +419,7 @@ def _offset_reads(
             offsets = np.zeros(1, dtype=layout)
             fut.set_result(None)
         values_at, values_size = bufs[values].tolist()
-        reads.append((body + values_at, values_size, offsets, fut))
+        reads.append((body + values_at, values_size, offsets, [fut, *more]))
         row += rows
     return part, reads
 
@@ -405,19 +446,26 @@ def _segments(
                 f"{part.path}: column {column!r} has null token ids in rows {row} to "
                 f"{row + len(col) - 1}"
             )
-        if isinstance(layout, int):  # row i: ids [i * size, (i + 1) * size) of the child
-            offsets = np.arange(col.offset, col.offset + len(col) + 1, dtype=np.int64) * layout
-        elif not len(col):  # no rows: Arrow lets their offsets buffer be empty
-            offsets = np.zeros(1, dtype=np.int64)
-        else:
-            offsets = np.frombuffer(col.buffers()[1], dtype=layout)
-            offsets = offsets[col.offset : col.offset + len(col) + 1].astype(np.int64)
         values = child.buffers()[1]
         held = 0 if values is None else values.size // isz - child.offset
-        _check_offsets(part.path, column, b, row, offsets, held)
-        n = int(offsets[-1] - offsets[0])
-        if n:
-            at = values.address - part.map_address + (child.offset + int(offsets[0])) * isz
+        if isinstance(layout, _Views):
+            bufs = col.buffers()
+            offs, sizes = (np.frombuffer(bufs[k], layout.width)[col.offset :] for k in (1, 2))
+            offs, sizes = offs[: len(col)], sizes[: len(col)]
+            runs, lengths, rel = _view_runs(part.path, column, b, row, offs, sizes, held)
+        else:
+            if isinstance(layout, int):  # row i: ids [i * size, (i + 1) * size) of the child
+                offsets = np.arange(col.offset, col.offset + len(col) + 1, dtype=np.int64)
+                offsets *= layout
+            elif not len(col):  # no rows: Arrow lets their offsets buffer be empty
+                offsets = np.zeros(1, dtype=np.int64)
+            else:
+                offsets = np.frombuffer(col.buffers()[1], dtype=layout)
+                offsets = offsets[col.offset : col.offset + len(col) + 1].astype(np.int64)
+            _check_offsets(part.path, column, b, row, offsets, held)
+            runs, lengths, rel = _list_runs(offsets)
+        for first, n in zip(runs.tolist(), lengths.tolist(), strict=True):
+            at = values.address - part.map_address + (child.offset + first) * isz
             if at < 0 or at + n * isz > part.size:
                 raise FormatError(
                     f"{part.path}: column {column!r}'s values are not stored as they are "
@@ -425,11 +473,51 @@ def _segments(
                     "of the file: write the dataset uncompressed (datasets' save_to_disk does)"
                 )
             ranges.append((at, n * isz))
-        starts.append(tokens + offsets[:-1] - offsets[0])
-        tokens += n
+        starts.append(tokens + rel)
+        tokens += int(lengths.sum())
         row += len(col)
     starts_all = np.concatenate([*starts, np.zeros(0, np.int64)]).astype(np.int64)
     return np.asarray(ranges, dtype=np.int64).reshape(-1, 2), starts_all, tokens
+
+
+def _list_runs(offsets: NDArray[np.int64]) -> tuple[NDArray[np.int64], ...]:
+    """:func:`_view_runs` of a list's rows (``offsets``, checked): one run of ids."""
+    n = int(offsets[-1] - offsets[0])
+    one = np.array([int(offsets[0])] if n else [], np.int64)
+    return one, np.array([n] if n else [], np.int64), offsets[:-1] - offsets[0]
+
+
+def _view_runs(
+    path: str,
+    column: str,
+    batch: int,
+    row: int,
+    offsets: NDArray[Any],
+    sizes: NDArray[Any],
+    held: int,
+) -> tuple[NDArray[np.int64], ...]:
+    """(the first id of each run of ids the rows of a list view take one after another,
+    the run's ids, each row's first token counted from the batch's first) of record
+    batch ``batch`` (its first row: the file's ``row``), each row's ids checked to lie in
+    its ``held`` values: read as they are, a damaged file's bytes before or past them
+    were tokens. Rows that follow each other in the values are one run (one read)."""
+    offsets, sizes = offsets.astype(np.int64), sizes.astype(np.int64)
+    bad = np.flatnonzero((offsets < 0) | (sizes < 0) | (offsets + sizes > held))
+    if bad.size:
+        r = int(bad[0])
+        lo, k = int(offsets[r]), int(sizes[r])
+        raise FormatError(
+            f"{path}: column {column!r}'s row {row + r} (record batch {batch}) takes ids "
+            f"[{lo}, {lo + k}) of its list view's {held} values: {RECOPY}"
+        )
+    rel = np.zeros(len(sizes), np.int64)
+    np.cumsum(sizes[:-1], out=rel[1:])
+    kept = sizes > 0
+    o, z = offsets[kept], sizes[kept]
+    if not o.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), rel
+    first = np.concatenate([[0], np.flatnonzero(o[1:] != o[:-1] + z[:-1]) + 1])
+    return o[first], np.add.reduceat(z, first), rel
 
 
 def _check_offsets(

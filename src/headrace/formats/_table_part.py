@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from headrace._messages import some_of
+from headrace._messages import first_failed
 from headrace.errors import (
     ConfigError,
     FormatError,
@@ -628,12 +628,4 @@ def _open_local(
     for g in got:
         if isinstance(g, _Part):
             g.close()
-    first, others = failed[0][1], [str(f) for f, _ in failed[1:]]
-    if others:
-        # Named, not counted: headrace check stops here, and a count sent the user to
-        # open the files one at a time to find which.
-        files_ = "file" if len(others) == 1 else "files"
-        first.add_note(
-            f"{len(others)} other {files_} of the table failed to open too: {some_of(others)}"
-        )
-    raise first
+    raise first_failed(failed, "of the table failed to open too")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import first_failed
 from headrace.errors import ConfigError, FormatError, HeadraceError, ObjectNotFoundError
 from headrace.formats._arrow_numpy import one_batch
 from headrace.formats._arrow_slice import SubFetch
@@ -399,36 +400,66 @@ class RemoteParquet(RemotePart):
     ) -> list[RemoteParquet]:
         """Open every object, their footer reads all in flight at once."""
         handles = [files.open(url, info.size, info.etag) for url, info in objects]
-        for (url, info), _ in zip(objects, handles, strict=True):
+        # Every footer read and checked before the first failure (by file order) is
+        # raised, the others named: a table of 3 damaged files told of the first alone.
+        failed: dict[int, HeadraceError] = {}
+        for i, (url, info) in enumerate(objects):
             if info.size < 12:
-                raise FormatError(f"{url}: {info.size} bytes is too small for a Parquet file")
+                failed[i] = FormatError(f"{url}: {info.size} bytes is too small for a Parquet file")
         tails = [np.empty(min(info.size, _FOOTER), np.uint8) for _, info in objects]
         futures = [
             h.read_into(t, info.size - t.size)
-            for h, t, (_, info) in zip(handles, tails, objects, strict=True)
+            for i, (h, t, (_, info)) in enumerate(zip(handles, tails, objects, strict=True))
+            if i not in failed
         ]
         wait_all(futures)
         parts = []
         held = HeldBytes()  # one count for the table
-        for (url, info), h, tail in zip(objects, handles, tails, strict=True):
-            raw = tail.tobytes()
-            if raw[-4:] != _MAGIC:
-                raise FormatError(
-                    f"{url}: not a Parquet file: it does not end with {_MAGIC!r} "
-                    f"(truncated, or another format; {info.size} bytes){arrow_named(tail=raw)}"
-                )
-            need = struct.unpack("<I", raw[-8:-4])[0] + 8
-            if need > info.size:
-                raise FormatError(
-                    f"{url}: corrupt Parquet footer: metadata of {need - 8} bytes in a "
-                    f"{info.size}-byte file"
-                )
-            if need > len(raw):  # a large footer: fetch the rest
-                head = np.empty(need - len(raw), np.uint8)
-                result(h.read_into(head, info.size - need))
-                raw = head.tobytes() + raw
-            parts.append(cls(url, h, info.size, raw, pa, opener(files, url, info), held))
+        for i, ((url, info), h, tail) in enumerate(zip(objects, handles, tails, strict=True)):
+            if i in failed:
+                continue
+            try:
+                parts.append(cls._open(url, h, info, tail, pa, opener(files, url, info), held))
+            except HeadraceError as exc:
+                failed[i] = exc
+        if failed:
+            for p in parts:
+                p.close()
+            raise first_failed(
+                [(objects[i][0], failed[i]) for i in sorted(failed)],
+                "of the table failed to open too",
+            )
         return parts
+
+    @classmethod
+    def _open(
+        cls,
+        url: str,
+        h: RemoteFile,
+        info: ObjectInfo,
+        tail: NDArray[np.uint8],
+        pa: Any,
+        reopen: Callable[[], RemoteFile],
+        held: HeldBytes,
+    ) -> RemoteParquet:
+        """One object of :meth:`open_all`, its last bytes (``tail``) read."""
+        raw = tail.tobytes()
+        if raw[-4:] != _MAGIC:
+            raise FormatError(
+                f"{url}: not a Parquet file: it does not end with {_MAGIC!r} "
+                f"(truncated, or another format; {info.size} bytes){arrow_named(tail=raw)}"
+            )
+        need = struct.unpack("<I", raw[-8:-4])[0] + 8
+        if need > info.size:
+            raise FormatError(
+                f"{url}: corrupt Parquet footer: metadata of {need - 8} bytes in a "
+                f"{info.size}-byte file"
+            )
+        if need > len(raw):  # a large footer: fetch the rest
+            head = np.empty(need - len(raw), np.uint8)
+            result(h.read_into(head, info.size - need))
+            raw = head.tobytes() + raw
+        return cls(url, h, info.size, raw, pa, reopen, held)
 
     def _chunks(self, group: int, names: frozenset[str]) -> list[tuple[int, int]]:
         """``[start, end)`` of each column chunk of ``names`` in ``group``."""
