@@ -2,16 +2,25 @@
 
 Every generator is a pure function of its arguments (flips of a seeded ``Random``), so a
 case list is the same on every run and a failure names a case that can be rebuilt.
+
+:func:`some` and :func:`per_field` take a fixed sample of a long case list, so that each
+mutation kind is tried a few times rather than at every offset or value (the suite is
+CPU-bound). ``HEADRACE_FUZZ_ALL=1`` in the environment lifts every such cap: each
+module then runs its whole case lists.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+#: ``HEADRACE_FUZZ_ALL=1``: :func:`some` and :func:`per_field` keep every case.
+FUZZ_ALL = os.environ.get("HEADRACE_FUZZ_ALL", "") not in ("", "0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +112,24 @@ def forge_fields(data: bytes, fields: Iterable[Field], *, strict: bool = False) 
     for f in fields:
         out += forge(data, f.at, f.fmt, field_values(f.value), name=f.name, strict=strict)
     return out
+
+
+def some(cases: list[Case], n: int, seed: int) -> list[Case]:
+    """At most ``n`` of ``cases``, the same ones on every run, in their order (all of
+    them under ``HEADRACE_FUZZ_ALL=1``)."""
+    if FUZZ_ALL or len(cases) <= n:
+        return cases
+    keep = set(random.Random(seed).sample(range(len(cases)), n))
+    return [c for i, c in enumerate(cases) if i in keep]
+
+
+def per_field(cases: list[Case], n: int, seed: int) -> list[Case]:
+    """At most ``n`` forgeries of each field of ``cases`` (labelled ``name=value``, as
+    :func:`forge` makes them): every field is still forged, to fewer values."""
+    groups: dict[str, list[Case]] = {}
+    for c in cases:
+        groups.setdefault(c.label.rsplit("=", 1)[0], []).append(c)
+    return [c for k, g in enumerate(groups.values()) for c in some(g, n, seed + k)]
 
 
 def _field(data: bytes, name: str, at: int, fmt: str) -> Field:

@@ -1,4 +1,8 @@
-"""NPZ files, stored and deflated: cut at every zip structure, flipped, fields forged."""
+"""NPZ files, stored and deflated: cut at every zip structure, flipped, fields forged.
+
+80 flips a target (200 under ``HEADRACE_FUZZ_ALL=1``): the module took 11 s of CPU alone
+with 200, 9 s with 80 (2c, 2026-12-07).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from _harness import check
-from _mutate import flips, forge_fields, truncations, zip_fields
+from _mutate import FUZZ_ALL, flips, forge_fields, truncations, zip_fields
 from _targets import TARGETS
 
 from headrace.errors import FormatError
@@ -20,7 +24,7 @@ def test_npz(target: str, tmp_path: Path) -> None:
     data = TARGETS[target].pristine()
     fields = zip_fields(data)
     cases = truncations(data, [f.at for f in fields])
-    cases += flips(data, seed=2, count=200)
+    cases += flips(data, seed=2, count=200 if FUZZ_ALL else 80)
     cases += forge_fields(data, fields)
     seen = check(target, cases, tmp_path)
     assert seen["error:FormatError"] > len(cases) // 2

@@ -1,4 +1,9 @@
-"""Hugging Face ``save_to_disk`` folders: state.json and dataset_info.json tampered with."""
+"""Hugging Face ``save_to_disk`` folders: state.json and dataset_info.json tampered with.
+
+dataset_info.json is not read (the schema comes from the shards): a sample of each kind
+of tampering shows that, 60 cases (all 494 under ``HEADRACE_FUZZ_ALL=1``); the module
+took 11.5 s of CPU alone with all of them, 5.5 s with the sample (2c, 2026-12-07).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from _harness import check
-from _mutate import flips, json_cases, truncations
+from _mutate import flips, json_cases, some, truncations
 from _targets import TARGETS
 
 
@@ -16,8 +21,11 @@ from _targets import TARGETS
 def test_saved_metadata(target: str, tmp_path: Path) -> None:
     pytest.importorskip("datasets", reason="datasets is a test extra")
     data = TARGETS[target].pristine()
-    cases = json_cases(data) + truncations(data, range(0, len(data), 16))
-    cases += flips(data, seed=10, count=60)
+    kinds = [json_cases(data), truncations(data, range(0, len(data), 16))]
+    kinds.append(flips(data, seed=10, count=60))
+    if target == "hf_info":  # not read: a sample of each kind shows it
+        kinds = [some(k, 20, seed=10) for k in kinds]
+    cases = [c for k in kinds for c in k]
     seen = check(target, cases, tmp_path)
     if target == "hf_state":
         assert seen["error:FormatError"] > len(cases) // 2

@@ -1,4 +1,8 @@
-"""WebDataset tar shards: cut at every header, flipped, sizes forged (checksums fixed)."""
+"""WebDataset tar shards: cut at every header, flipped, sizes forged (checksums fixed).
+
+50 flips in the headers a target (120 under ``HEADRACE_FUZZ_ALL=1``): the module took
+12 s of CPU alone with 120, 7 s with 50 (2c, 2026-12-07).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from _harness import check
-from _mutate import Case, field_values, flips, truncations
+from _mutate import FUZZ_ALL, Case, field_values, flips, truncations
 from _targets import TARGETS
 
 
@@ -38,7 +42,9 @@ def test_tar(target: str, tmp_path: Path) -> None:
     headers = _headers(data)
     cases = truncations(data, [m for h in headers for m in (h, h + 512)])
     # The headers and the block after each (a PAX header's records: under no checksum).
-    cases += flips(data, seed=4, count=120, regions=[(h, h + 1024) for h in headers])
+    cases += flips(
+        data, seed=4, count=120 if FUZZ_ALL else 50, regions=[(h, h + 1024) for h in headers]
+    )
     cases += _forged_sizes(data, headers)
     seen = check(target, cases, tmp_path)
     # Every cut is refused (strict), and a flip in a header breaks its checksum.
