@@ -27,7 +27,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.io import ReadInFlight, reads_in_flight
 from headrace.pipeline._first_failure import step_by_step
 from headrace.pipeline._host_order import by_address, check_host_order
-from headrace.pipeline._layout import Batch, nbytes, split_chunk
+from headrace.pipeline._layout import Batch, narrow_strings, nbytes, split_chunk, string_keys
 from headrace.pipeline._loader_args import (
     check_source,
     checked_seed,
@@ -472,7 +472,8 @@ class Loader(Closing):
         if self.status is LoaderStatus.CLOSED:  # it reopened the source's files, silently
             raise ConfigError(_CLOSED_READ)
         self._own_process()  # in a forked child: not the parent's lock, perhaps held
-        return self._read_arrays([step])
+        arrays = self._read_arrays([step])
+        return narrow_strings(arrays, string_keys(arrays))  # as iteration gives them
 
     # -- iteration -------------------------------------------------------------------
     def _own_process(self) -> None:
@@ -728,7 +729,7 @@ class Loader(Closing):
                 self._check_current(generation)  # stale before its first next(): no thread
                 self._producer = producer
                 # Started inside the try: a Ctrl-C while start() waits for the thread must
-                # still stop it (the thread holds the loader, so nothing else would).
+                # still stop it (the loader holds it as its producer: nothing else would).
                 producer.start()
             while True:
                 item, waited_s = producer.get(self._watch)
@@ -738,17 +739,13 @@ class Loader(Closing):
                 if item is STALE:
                     # Only a stopped producer's queue gets it (by iter(), load_state_dict()
                     # or close()), which may wake us before the generation is bumped.
-                    raise stale_error(closed=self.status is LoaderStatus.CLOSED)
+                    raise self._stale(producer)
                 if isinstance(item, Failure):
-                    # The producer names the step after the last it handed over; this
-                    # loader's own steps may be every k-th (a worker's share): its next.
-                    k, w = self.step_stride, self.step_offset
-                    step = item.step + (w - item.step) % k
-                    item.exc.add_note(f"while reading step {step} (rank {self.rank})")
-                    raise item.exc
+                    raise self._failed(item)
                 for t, batch in item:  # type: ignore[attr-defined]
                     with self._lock:  # load_state_dict() in another thread: its step stays
-                        self._check_current(generation)
+                        if generation != self._generation:
+                            raise self._stale(producer)
                         if self._ended_at(t):
                             return
                         self.step = t + 1
@@ -761,6 +758,32 @@ class Loader(Closing):
                     self._stopping.add(producer)
             if mine:
                 self._stop(producer)
+
+    def _failed(self, failure: Failure) -> BaseException:
+        """The read-ahead's error, noted with the step it failed at (:meth:`_failed_at`)."""
+        failure.exc.add_note(f"while reading step {self._failed_at(failure)} (rank {self.rank})")
+        return failure.exc
+
+    def _failed_at(self, failure: Failure) -> int:
+        # The producer names the step after the last it handed over; this loader's own
+        # steps may be every k-th (a worker's share): its next.
+        return first_owned(failure.step, self.step_stride, self.step_offset)
+
+    def _stale(self, producer: Prefetcher) -> StateError:
+        """The stale iterator's error (:func:`stale_error`), caused by the read-ahead's
+        error that waited in the queue, not yet raised, when the iteration went stale: a
+        close() dropped it with the queue, and the next ``next()`` said only "closed"."""
+        exc = stale_error(closed=self.status is LoaderStatus.CLOSED)
+        failure = producer.unconsumed()
+        if failure is not None:
+            error = self._failed(failure)
+            exc.add_note(
+                f"the read-ahead had met an error at step {self._failed_at(failure)} that "
+                f"this iterator had not raised yet (its cause above): "
+                f"{type(error).__name__}: {error}"
+            )
+            exc.__cause__ = error
+        return exc
 
     def _end(self, generation: int) -> None:
         """End the iteration of ``generation``, if it is still the loader's: its ``next()``

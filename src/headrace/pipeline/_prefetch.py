@@ -8,6 +8,13 @@ thread); :meth:`Prefetcher.stop` ends it early and leaves :data:`STALE` for a
 consumer still waiting, so that it raises instead of waiting for ever. Only
 *when* chunks are read changes here, never what they hold.
 
+The thread holds the chunks' iterator (and through it the loader) only while it
+reads a chunk; while it waits for room in the queue it holds it weakly, and it
+ends once the iterator is gone. A loader dropped without ``close()`` in a cycle
+with its own iteration (a transform that is a trainer's method, the trainer
+holding the iterator) was held by the thread, a root: never collected, its
+thread waiting on the full queue and its source's files open for ever.
+
 The queue is a :class:`Handoff`, not a :class:`queue.Queue`: the consumer waits
 in it, where Ctrl-C (or a SIGTERM handler raising ``SystemExit``) lands, and an
 exception raised inside ``Queue.get``'s ``Condition.wait`` could leave the
@@ -21,6 +28,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -94,24 +102,43 @@ class Handoff:
             wake(self._taken)
             return item
 
-    def clear(self) -> None:
-        """Drop every item (and wake a producer waiting for room)."""
-        self._items.clear()
+    def clear(self) -> list[object]:
+        """Drop every item (and wake a producer waiting for room); those dropped."""
+        dropped = []
+        while True:  # popleft, not clear(): an item put meanwhile is dropped, or kept
+            try:
+                dropped.append(self._items.popleft())
+            except IndexError:
+                break
         wake(self._taken)
+        return dropped
+
+    def snapshot(self) -> list[object]:
+        """The items waiting now, left in place."""
+        return list(self._items.copy())  # copy(): one step, never mutated while iterated
 
 
 class Prefetcher:
     """Puts what ``chunks`` yields, ``(steps, item)`` pairs, on a queue of ``depth`` items.
 
     ``start`` is the first step, named by a :class:`Failure` before any chunk.
-    Nothing runs until :meth:`start`.
+    Nothing runs until :meth:`start`. ``chunks`` (a generator: weakly referenceable) is
+    held here, by its consumer's side; the thread holds it only while it reads
+    (:func:`_produce`), and ends when it is gone.
     """
 
     def __init__(self, chunks: Iterator[tuple[list[int], Any]], start: int, depth: int) -> None:
         self.queue = Handoff(depth)
         self._stop = threading.Event()
+        self._chunks = chunks
+        # The read-ahead's error that stop() dropped from the queue, unconsumed: what the
+        # consumer's stale error names (:meth:`unconsumed`).
+        self.dropped: Failure | None = None
         self.thread = threading.Thread(
-            target=self._produce, args=(chunks, start), name="headrace-prefetch", daemon=True
+            target=_produce,
+            args=(weakref.ref(chunks), self.queue, self._stop, start),
+            name="headrace-prefetch",
+            daemon=True,
         )
 
     def start(self) -> None:
@@ -133,26 +160,13 @@ class Prefetcher:
                 watch.end(arrived=arrived)
             return item, time.perf_counter() - t0
 
-    def _produce(self, chunks: Iterator[tuple[list[int], Any]], start: int) -> None:
-        stop, q = self._stop, self.queue
-
-        def put(item: object) -> bool:
-            while not stop.is_set():
-                if q.put(item, timeout=0.05):
-                    return True
-            return False
-
-        if stop.is_set():  # stopped before it ran (see stop()): read nothing
-            return
-        step = start
-        try:
-            for steps, item in chunks:
-                if not put(item):
-                    return
-                step = steps[-1] + 1
-            put(END)
-        except BaseException as exc:  # handed to the consumer, who re-raises it
-            put(Failure(exc, step))
+    def unconsumed(self) -> Failure | None:
+        """The read-ahead's error that waited in the queue, not yet taken, when the
+        consumer's iteration went stale: dropped by :meth:`stop`, or (a stop in another
+        thread not there yet) still waiting."""
+        if self.dropped is not None:
+            return self.dropped
+        return next((i for i in self.queue.snapshot() if isinstance(i, Failure)), None)
 
     def stop(self, timeout: float) -> bool:
         """Stop the producer thread; ``False`` if it is still inside a read after ``timeout``.
@@ -162,18 +176,64 @@ class Prefetcher:
         """
         self._stop.set()
         q = self.queue
-        q.clear()  # unblock a producer waiting on a full queue
+        # Unblock a producer waiting on a full queue. An error it had put there is kept
+        # for the consumer's stale error to name: dropped unsaid, a close() lost it.
+        failed = [i for i in q.clear() if isinstance(i, Failure)]
+        if failed and self.dropped is None:
+            self.dropped = failed[0]
         try:
             self.thread.join(timeout=timeout)
         except RuntimeError:
             # Thread.start() was interrupted (Ctrl-C) before the thread ran; the stop
-            # was set first, so if it runs at all it returns before reading.
+            # was set first, so if it runs at all it returns before reading. (Or the
+            # garbage collector finalised a dropped iteration in this very thread.)
             pass
         # Wake a consumer still waiting on this queue, so it can raise. (A producer
         # that outlived the join drops what it reads once its read returns.)
         q.clear()
         q.put_now(STALE)
         return not self.thread.is_alive()
+
+
+def _produce(
+    chunks: weakref.ref[Iterator[tuple[list[int], Any]]],
+    q: Handoff,
+    stop: threading.Event,
+    start: int,
+) -> None:
+    """The read-ahead thread: read ``chunks`` onto ``q`` until they end, ``stop`` is set or
+    they are gone. Holds them (and the loader their generator holds) only inside a read;
+    its last item, :data:`END` or a :class:`Failure` (whose traceback holds the loader),
+    is put without waiting for room, and the thread ends then."""
+
+    def put(item: object) -> bool:
+        while not stop.is_set() and chunks() is not None:
+            if q.put(item, timeout=0.05):
+                return True
+        return False
+
+    if stop.is_set():  # stopped before it ran (see stop()): read nothing
+        return
+    step = start
+    last: object = END
+    try:
+        while True:
+            it = chunks()
+            if it is None or stop.is_set():  # dropped (collected) or stopped: no more
+                return
+            chunk = next(it, None)
+            del it  # held weakly again while it waits for room
+            if chunk is None:
+                break
+            steps, item = chunk
+            del chunk
+            if not put(item):
+                return
+            step = steps[-1] + 1
+    except BaseException as exc:  # handed to the consumer, who re-raises it
+        last = Failure(exc, step)
+    if not stop.is_set():
+        q.put_now(last)
 
 
 def _wait_for(q: Handoff, producer: threading.Thread, watch: StallWatch) -> object:

@@ -117,8 +117,15 @@ def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDA
         )
     checked = {}
     for key, value in out.items():
-        if not isinstance(value, np.ndarray) or value.ndim == 0 or len(value) != n:
-            shape = getattr(value, "shape", type(value).__name__)
+        if not isinstance(value, np.ndarray):  # ("with shape dict" until 2026-12-07)
+            what = type(value).__name__
+            an = "an" if what[:1].lower() in "aeiou" else "a"
+            raise ConfigError(
+                f"{who} returned {key!r} as {an} {what}, not an array, for {n} samples; every "
+                f"value must be a NumPy array with one row per sample {hint}".rstrip()
+            )
+        if value.ndim == 0 or len(value) != n:
+            shape = value.shape
             raise ConfigError(
                 f"{who} returned {key!r} with shape {shape} for {n} samples; every value "
                 f"must be a NumPy array with one row per sample {hint}".rstrip()
