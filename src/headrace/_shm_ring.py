@@ -54,7 +54,7 @@ from headrace._ring_layout import (
 from headrace._ring_worker import _worker
 from headrace.errors import ConfigError, HeadraceError, StateError
 from headrace.pipeline import Batch
-from headrace.pipeline._layout import lay_out, ragged_keys
+from headrace.pipeline._layout import lay_out, narrow_strings, ragged_keys, string_keys
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch, worker_stall_message
 
 __all__ = ["RingConfig", "WorkerBatches", "mp_context"]
@@ -581,12 +581,15 @@ def _view(bases: list[NDArray[Any]], field: FieldAt) -> NDArray[Any]:
 
 def _split(arrays: Batch, n: int, ready: collections.deque[Batch]) -> None:
     """A chunk's ``n`` batches, back to back in ``arrays``, one by one into ``ready``
-    (each laid out as its own samples decide: :func:`~headrace.pipeline._loader.lay_out`)."""
+    (each laid out as its own samples decide: :func:`~headrace.pipeline._loader.lay_out`;
+    its strings as wide as its own, as :func:`~headrace.pipeline._layout.split_chunk`
+    makes them)."""
     per = {k: len(v) // n for k, v in arrays.items()}
-    ragged = ragged_keys(arrays)
+    ragged, strings = ragged_keys(arrays), string_keys(arrays)
     for i in range(n):
         batch = {k: v[i * per[k] : (i + 1) * per[k]] for k, v in arrays.items()}
-        ready.append(lay_out(batch, ragged) if ragged else batch)
+        batch = lay_out(batch, ragged) if ragged else batch
+        ready.append(narrow_strings(batch, strings) if strings else batch)
 
 
 # A worker that exits with an error before its first message never ran ``_worker``

@@ -5,7 +5,9 @@ back to back. :func:`split_chunk` cuts them into steps; where samples differ in
 shape or dtype (per-sample ``object`` arrays beside ``<key>_shape``, as
 :class:`~headrace.formats.FileSource` gives them), :func:`lay_out` stacks each
 step's samples that agree, so that a step comes out the same whatever chunk
-size or worker count read it.
+size or worker count read it. Fixed-width strings (``U``, ``S``) are as wide as the
+chunk's longest value where a source or transform made them from the chunk's values at
+once (``np.array(names)``): :func:`narrow_strings` gives each step's its own width.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from numpy.typing import NDArray
 
 from headrace._stacking import stackable
 
-__all__ = ["Batch", "lay_out", "nbytes", "ragged_keys", "split_chunk"]
+__all__ = [
+    "Batch",
+    "lay_out",
+    "narrow_strings",
+    "nbytes",
+    "ragged_keys",
+    "split_chunk",
+    "string_keys",
+]
 
 Batch = dict[str, NDArray[Any]]
 
@@ -59,9 +69,88 @@ def lay_out(batch: Batch, ragged: list[str]) -> Batch:
     return batch
 
 
+def string_keys(arrays: Batch) -> list[str]:
+    """The keys held as fixed-width strings (NumPy ``U`` or ``S``), or as records with
+    such fields (``np.rec.fromarrays([names, ...])``)."""
+    return [k for k, v in arrays.items() if _has_strings(v.dtype)]
+
+
+def _has_strings(dtype: np.dtype[Any]) -> bool:
+    if dtype.subdtype is not None:
+        return _has_strings(dtype.subdtype[0])
+    if dtype.names is not None:
+        return any(_has_strings(dtype[n]) for n in dtype.names)
+    return dtype.kind in "US"
+
+
+def narrow_strings(batch: Batch, keys: list[str]) -> Batch:
+    """``batch`` with each of ``keys``' strings as wide as its longest value (at least 1,
+    as ``np.array`` of them makes them), not as the chunk it was read in: the same step
+    read in another chunk, or by another worker, comes out alike. A step already that
+    narrow keeps its view; another is a copy (its type, a mask, kept)."""
+    for k in keys:
+        v = batch[k]
+        dtype = _narrowed(v.dtype, v)
+        if dtype != v.dtype:
+            batch[k] = v.astype(dtype)
+    return batch
+
+
+def _narrowed(dtype: np.dtype[Any], v: NDArray[Any]) -> np.dtype[Any]:
+    """``dtype`` of ``v``'s values with each string as wide as its longest in ``v``. A
+    record's fields narrow where NumPy laid it out (packed, as ``np.rec.fromarrays``
+    makes it, or aligned); one with offsets of its own is kept as it is."""
+    if dtype.subdtype is not None:  # v: the field's view, the sub-array's axes its own
+        base, shape = dtype.subdtype
+        inner = _narrowed(base, v)
+        return dtype if inner == base else np.dtype((inner, shape))
+    if dtype.names is not None:
+        names, was = list(dtype.names), [dtype[n] for n in dtype.names]
+        if _record(dtype.type, names, was, dtype.isalignedstruct) != dtype:
+            return dtype  # offsets of its own (a file's gaps, titles): kept as they are
+        formats = [_narrowed(f, v[n]) for n, f in zip(names, was, strict=True)]
+        return (
+            dtype if formats == was else _record(dtype.type, names, formats, dtype.isalignedstruct)
+        )
+    if dtype.kind not in "US":
+        return dtype
+    width = _widest(v)
+    return dtype if width is None or width >= _chars(dtype) else np.dtype(f"{dtype.str[:2]}{width}")
+
+
+def _record(
+    kind: type[Any], names: list[str], formats: list[np.dtype[Any]], aligned: bool
+) -> np.dtype[Any]:
+    """The record dtype of ``names`` and ``formats`` laid out as NumPy lays them out,
+    packed or ``aligned`` (``kind``: ``np.void``, or ``np.record`` for a record array)."""
+    return np.dtype((kind, np.dtype({"names": names, "formats": formats}, align=aligned)))
+
+
+def _chars(dtype: np.dtype[Any]) -> int:
+    """Characters a string of ``dtype`` holds (4 bytes each for ``U``)."""
+    return dtype.itemsize // (4 if dtype.kind == "U" else 1)
+
+
+def _widest(v: NDArray[Any]) -> int | None:
+    """Characters of ``v``'s longest string (at least 1), or ``None`` where it holds none:
+    the last character place not NUL in any of them (a string's trailing NULs are no
+    part of its value; byte order does not make a character NUL)."""
+    chars = _chars(v.dtype)
+    if not v.size or not chars:
+        return None
+    raw = np.ascontiguousarray(np.asarray(v)).view(np.uint32 if v.dtype.kind == "U" else np.uint8)
+    used = np.flatnonzero(raw.reshape(-1, chars).any(axis=0))
+    return int(used[-1]) + 1 if used.size else 1
+
+
 def split_chunk(steps: list[int], arrays: Batch, b: int) -> list[tuple[int, Batch]]:
     """``(step, batch)`` of each of ``steps``, whose ``b`` samples each lie back to back in
-    ``arrays`` (views, copied only where :func:`lay_out` stacks ragged samples)."""
-    ragged = ragged_keys(arrays)
+    ``arrays`` (views, copied only where :func:`lay_out` stacks ragged samples or
+    :func:`narrow_strings` narrows strings)."""
+    ragged, strings = ragged_keys(arrays), string_keys(arrays)
     out = [(t, {k: v[i * b : (i + 1) * b] for k, v in arrays.items()}) for i, t in enumerate(steps)]
-    return [(t, lay_out(batch, ragged)) for t, batch in out] if ragged else out
+    if ragged:
+        out = [(t, lay_out(batch, ragged)) for t, batch in out]
+    if strings:
+        out = [(t, narrow_strings(batch, strings)) for t, batch in out]
+    return out
