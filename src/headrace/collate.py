@@ -14,6 +14,7 @@ place; outputs never share memory with inputs. The mask is ``bool``
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable, Sequence
 from itertools import chain
@@ -52,6 +53,24 @@ def _is_torch_dtype(x: Any) -> bool:
     return type(x).__module__ == "torch" and type(x).__name__ == "dtype"
 
 
+def _a(name: str) -> str:
+    """``name`` with its article as said: "an int", "an ndarray", "a float", "a uint8"."""
+    said_vowel = name[:1] in tuple("aeioAEIO") or name.startswith("nd")
+    return f"{'an' if said_vowel else 'a'} {name}"
+
+
+def _widened(a: NDArray[Any]) -> NDArray[Any]:
+    """``a``, of an ml_dtypes dtype, in the narrowest NumPy dtype that holds each value
+    exactly (bfloat16 and float8 in float32, int4 in int8), as tensor rows of bfloat16
+    are: the checks of a cast to another dtype read NumPy's numbers. Others as they are."""
+    if not _ragged.ml_dtype(a.dtype):
+        return a
+    for name in ("int8", "uint8", "int16", "uint16", "float32", "float64"):
+        if np.can_cast(a.dtype, name, "safe"):
+            return a.astype(name)
+    return a
+
+
 def pad_batch(
     seqs: formats.Ragged | Sequence[Any],
     *,
@@ -85,6 +104,11 @@ def pad_batch(
     mask: torch tensors if ``dtype`` is a torch dtype (no rows say which), else
     NumPy arrays. Tensor rows of a float dtype NumPy lacks (``torch.bfloat16``)
     need ``dtype``; they are widened to float32 (exact) and then cast as above.
+    Arrays (or a ``Ragged``) of an ml_dtypes dtype (``bfloat16``, ``float8_e4m3fn``,
+    ``int4``) pad in it without ``dtype``, as ``Ragged.pad`` pads them; into another
+    they are widened so too (int4 to int8) and checked as above, and ``dtype`` may be
+    one of them (a float rounds; a value past its range, or an integer it cannot hold
+    exactly, raises; tensor rows need a torch dtype, which torch.from_numpy takes).
     """
     width = _ragged.check_side_and_width(side, width)
     asked_torch = _is_torch_dtype(dtype)
@@ -103,7 +127,9 @@ def pad_batch(
     # The rows' dtype in native byte order, as NumPy stacks rows (a big-endian ``>u2``
     # Ragged came out ``>u2``, which torch.from_numpy refuses).
     out_dtype = np.dtype(dtype) if dtype is not None else values.dtype.newbyteorder("=")
-    if out_dtype.kind not in "biuf":  # None in a row, an int past int64: Python objects
+    # None in a row, an int past int64: Python objects. (ml_dtypes' bfloat16 and float8
+    # are numbers, as Ragged.pad pads them: until 2026-12-07 refused as "not numbers".)
+    if _ragged.number_kind(out_dtype) not in "biuf":
         raise errors.DataError(
             f"pad_batch: the values make an array of {out_dtype} (not numbers NumPy can hold: "
             "a None, a string, an integer past 64 bits?); pass numbers, or dtype="
@@ -124,6 +150,8 @@ def pad_batch(
     w = int(lengths.max(initial=0)) if width is None else width
     if rows is not None:
         # Inferred, the rows' result type may be lossy too: int64 and uint64 make float64.
+        if any(_ragged.ml_dtype(d) and d != out_dtype for d in {r.dtype for r in rows}):
+            rows = [r if r.dtype == out_dtype else _widened(r) for r in rows]
         _check_rows(rows, out_dtype, w if truncate else None, inferred=dtype is None)
         out = np.full((n, w, *rows[0].shape[1:]), pad_value, dtype=out_dtype)
         mask = np.empty((n, w), dtype=np.bool_)
@@ -136,6 +164,7 @@ def pad_batch(
             values = values[start : int(offsets[-1])]
             if start:
                 offsets = offsets - start
+            values = _widened(values)
             _check_flat(values, offsets, out_dtype, w if truncate else None)
             # Checked: a value that does not fit is one truncation drops (a 1e6 score
             # for float16, NaN for int8), which NumPy warned of as it cast the rest.
@@ -147,6 +176,12 @@ def pad_batch(
     if torch_out:
         import torch
 
+        if _ragged.ml_dtype(out.dtype):  # torch.from_numpy knows NumPy's own dtypes only
+            raise errors.ConfigError(
+                f"pad_batch: dtype {out.dtype} (ml_dtypes) for torch tensor rows, which "
+                "torch.from_numpy cannot take; pass a torch dtype (dtype=torch.float32), "
+                "and cast the tensors after"
+            )
         if return_mask:
             return torch.from_numpy(out), torch.from_numpy(mask)
         return torch.from_numpy(out)
@@ -161,7 +196,7 @@ def _pad_dtype(pad_value: int | float | bool, rows: np.dtype[Any]) -> str | None
         return None
     for name in ("int64", "uint64", "float32", "float64"):
         wide = np.dtype(name)
-        if wide == rows or (wide.kind in "iu" and rows.kind == "f"):
+        if wide == rows or (wide.kind in "iu" and _ragged.number_kind(rows) == "f"):
             continue  # integers would refuse the rows' fractions
         # float32 only where it holds every row value (float16 rows); float64 for the
         # rest, whose values the cast then checks (an id past 2**53 is refused there).
@@ -182,11 +217,21 @@ def _lossless(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
     narrower than them: NumPy counts int64 -> float64 as safe, but 2**53 + 1
     becomes 2**53.
     """
+    if _ragged.ml_dtype(dst) and src != dst:
+        # NumPy counts int8 -> float8_e4m3fn as safe, but 127 becomes 128.
+        if src.kind == "b":
+            return True  # 0 and 1: every number dtype holds them
+        return src.kind in "iu" and _ragged.number_kind(dst) == "f" and _int_exact(src, dst)
     if not np.can_cast(src, dst, "safe"):
         return False
     if src.kind in "iu" and dst.kind in "fc":
-        return np.iinfo(src).bits - (src.kind == "i") <= np.finfo(dst).nmant + 1
+        return _int_exact(src, dst)
     return True
+
+
+def _int_exact(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
+    """Every integer of ``src`` is one of the float ``dst``'s (its significand is wide enough)."""
+    return bool(np.iinfo(src).bits - (src.kind == "i") <= np.finfo(dst).nmant + 1)
 
 
 def _misfits(a: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[np.bool_] | None:
@@ -203,19 +248,17 @@ def _misfits(a: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[np.bool_] | None:
     if (
         a.size == 0
         or a.dtype.kind not in "biuf"
-        or dtype.kind not in "biuf"
+        or _ragged.number_kind(dtype) not in "biuf"
         or _lossless(a.dtype, dtype)
     ):
         return None
     lowest, highest = a.min().item(), a.max().item()
-    if dtype.kind == "f":
+    if _ragged.number_kind(dtype) == "f":
         if a.dtype.kind == "f":
             return _float_overflow(a, dtype, lowest, highest)
         return _inexact_ints(a, dtype, lowest, highest)
     # Half-open [lo, end): both bounds are 0 or powers of two, exact in any float.
-    lo, end = (
-        (0, 2) if dtype.kind == "b" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max) + 1)
-    )
+    lo, end = _int_range(dtype)
     in_range = lo <= lowest and highest < end  # NaN fails both comparisons
     if a.dtype.kind != "f":
         return None if in_range else ~((a >= lo) & (a < end))
@@ -229,15 +272,28 @@ def _misfits(a: NDArray[Any], dtype: np.dtype[Any]) -> NDArray[np.bool_] | None:
     return out
 
 
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    """``[lo, end)`` of an integer or bool ``dtype``'s values (int4's too)."""
+    if dtype.kind == "b":
+        return 0, 2
+    lo, hi = _ragged.int_bounds(dtype)
+    return lo, hi + 1
+
+
 def _float_overflow(
     a: NDArray[Any], dtype: np.dtype[Any], lowest: float, highest: float
 ) -> NDArray[np.bool_] | None:
-    """Finite floats that become infinities in the narrower float ``dtype``."""
-    top = float(np.finfo(dtype).max)
+    """Finite floats that become infinities in the narrower float ``dtype``, or would
+    (float8_e4m3fn has none: NaN; float4_e2m1fn keeps its largest, 6, for 1e6)."""
+    info = np.finfo(dtype)
+    top = float(info.max)
     if -top <= lowest and highest <= top:
         return None
+    # Where rounding to nearest goes past the largest value: half its step above it.
+    past = top + 2.0 ** (math.floor(math.log2(top)) - int(info.nmant)) / 2
     with np.errstate(over="ignore", invalid="ignore"):
-        bad: NDArray[np.bool_] = np.isinf(a.astype(dtype)) & np.isfinite(a)
+        cast = a.astype(dtype)
+        bad: NDArray[np.bool_] = np.isfinite(a) & (~np.isfinite(cast) | ~(np.abs(a) < past))
     return bad
 
 
@@ -277,10 +333,10 @@ def _becomes(v: Any, dtype: np.dtype[Any]) -> str:
     """`` (it would become X)`` for a value inside ``dtype``'s range that the cast changes."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:  # v != v: NaN
         return ""
-    if dtype.kind == "f":
+    if _ragged.number_kind(dtype) == "f":
         inside = abs(v) <= float(np.finfo(dtype).max)
     else:
-        lo, end = (0, 2) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max + 1)
+        lo, end = _int_range(dtype)
         inside = lo <= v < end
     if not inside:
         return ""
@@ -388,7 +444,7 @@ def _flatten(
         if not all(is_tensor):
             i = is_tensor.index(False)
             raise errors.ConfigError(
-                f"row {i} is a {type(rows[i]).__name__} but other rows are torch tensors; "
+                f"row {i} is {_a(type(rows[i]).__name__)} but other rows are torch tensors; "
                 "pass all rows as tensors or none"
             )
         rows = [_tensor_array(i, r, dtype) for i, r in enumerate(rows)]
@@ -424,7 +480,7 @@ def _flatten(
                 lists = True
         else:
             raise errors.ConfigError(
-                f"row {i} is a {type(r).__name__}; expected a list, a 1-D NumPy array "
+                f"row {i} is {_a(type(r).__name__)}; expected a list, a 1-D NumPy array "
                 "or a torch tensor"
             )
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
@@ -609,14 +665,14 @@ def _lists_to_array(
     NumPy and is compared with its float64 reading. Integers that a float
     dtype would round are looked for only past ``2**(nmant + 1)``.
     """
-    wide = dtype
-    if dtype.kind in "iub":
-        wide = np.dtype(np.uint64 if dtype.kind == "u" else np.int64)
+    wide, kind = dtype, _ragged.number_kind(dtype)
+    if kind in "iub":
+        wide = np.dtype(np.uint64 if kind == "u" else np.int64)
         try:
-            return np.frombuffer(array("Q" if dtype.kind == "u" else "q", flat), wide), offsets
+            return np.frombuffer(array("Q" if kind == "u" else "q", flat), wide), offsets
         except _MISFIT:
             pass  # floats, NumPy bools, strings or values past 64 bits: the checked way below
-    elif dtype.kind == "f" and dtype.itemsize < 8:
+    elif kind == "f" and dtype.itemsize < 8:
         wide = np.dtype(np.float64)
     values, offsets, flat = _convert(rows, flat, offsets, wide, dtype, keep)
     if wide.kind in "iu":
@@ -624,7 +680,7 @@ def _lists_to_array(
             read = np.asarray(flat, dtype=np.float64)
         # Integers round alike on both sides; a truncated fraction or a wrapped value differs.
         _raise_first(values.astype(np.float64) != read, offsets, keep, flat.__getitem__, dtype)
-    elif dtype.kind == "f" and values.size:
+    elif kind == "f" and values.size:
         _check_int_items(flat, values, offsets, dtype, keep)
     return values, offsets
 

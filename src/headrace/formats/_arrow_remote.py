@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._messages import RECOPY
+from headrace._messages import RECOPY, first_failed
 from headrace.errors import FormatError, HeadraceError
 from headrace.formats._arrow_format import (
     _DICTIONARY,
@@ -558,30 +558,46 @@ class RemoteArrow(RemotePart):
         known: dict[str, ArrowIndex] | None = None,
     ) -> list[RemoteArrow]:
         """Open every object, walking the headers of those not in ``known`` (a pickled
-        table's), the walks side by side (each is one GET after another)."""
+        table's), the walks side by side (each is one GET after another). Every object
+        is opened before the first failure (by object order) is raised, the others named
+        (:func:`~headrace._messages.first_failed`) and the parts that opened closed."""
         handles = [files.open(url, info.size, info.etag) for url, info in objects]
         known = known or {}
+        held = HeldBytes()  # one count for the table
 
-        def walk(i: int) -> ArrowIndex:
+        def one(i: int) -> RemoteArrow | HeadraceError:
             url, info = objects[i]
-            return known.get(url) or _Walk(url, handles[i], info.size).index(pa)
+            try:
+                ix = known.get(url) or _Walk(url, handles[i], info.size).index(pa)
+                return cls(url, handles[i], info.size, ix, pa, opener(files, url, info), held)
+            except HeadraceError as exc:  # this object's: the others' walks go on
+                return exc
 
         todo = [i for i, (url, _) in enumerate(objects) if url not in known]
-        walked: dict[int, ArrowIndex] = {}
+        got: dict[int, RemoteArrow | HeadraceError] = {}
         if len(todo) > 1:
             # The walks wait on GETs, not on the CPU: as many at once as GETs may be.
             workers = min(files.in_flight, len(todo))
             # Left by an error (a Ctrl-C), a walk stuck in stalled storage is not waited for.
             with one_call_pool(workers, thread_name_prefix="headrace-ipc") as ex:
-                futures = [ex.submit(walk, i) for i in todo]
+                futures = [ex.submit(one, i) for i in todo]
                 wait_all(futures)
-            walked = dict(zip(todo, (f.result() for f in futures), strict=True))
-        indexes = [walked[i] if i in walked else walk(i) for i in range(len(objects))]
-        held = HeldBytes()
-        return [
-            cls(url, h, info.size, ix, pa, opener(files, url, info), held)
-            for (url, info), h, ix in zip(objects, handles, indexes, strict=True)
-        ]
+            got = dict(zip(todo, (f.result() for f in futures), strict=True))
+        opened = [got[i] if i in got else one(i) for i in range(len(objects))]
+        parts = [p for p in opened if isinstance(p, RemoteArrow)]
+        if len(parts) < len(opened):
+            # 3 damaged objects of 5 told of the first alone, to be found one run at a time.
+            for p in parts:
+                p.close()
+            raise first_failed(
+                [
+                    (url, p)
+                    for (url, _), p in zip(objects, opened, strict=True)
+                    if not isinstance(p, RemoteArrow)
+                ],
+                "of the table failed to open too",
+            )
+        return parts
 
     def fetch(self, group: int, names: frozenset[str]) -> Fetch:
         """Start the GETs of record batch ``group``'s header and the stretches of its body

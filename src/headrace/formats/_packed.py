@@ -47,7 +47,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.formats._table_schema import numeric_dtype
-from headrace.formats._tokens import TokenFile
+from headrace.formats._tokens import _LLMC_HEAD, TokenFile
 from headrace.io import LocalFile, deep_io_pool
 from headrace.io._batch import results
 from headrace.io._open_files import MAX_IDLE_FILES
@@ -652,6 +652,12 @@ class SegmentedFile(_Segments):
         if need > f.size:
             size = f.size
             f.close()
+            if self._llmc:
+                raise ReadEOFError(
+                    f"{self._members[m]}: the llm.c shard's tokens end at byte {need} but "
+                    f"the file has {size} bytes (it changed since the source opened it): "
+                    "reopen the source to read the new version"
+                )
             raise ReadEOFError(
                 f"{self._members[m]}: the token lists end at byte {need} but the file "
                 f"has {size} bytes (it changed since it was listed)"
@@ -674,13 +680,34 @@ class SegmentedFile(_Segments):
         now = f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
         if (st.st_size, now) != (size, listed):
             f.close()
+            # An llm.c shard's range is its header's, read when the source opened it:
+            # table_token_files never saw it (until 2026-12-07 it was told to call it).
+            what, fix = (
+                ("the llm.c shard changed since the source opened it", "reopen the source")
+                if self._llmc
+                else (
+                    "the file changed since its token lists were found",
+                    "call table_token_files again",
+                )
+            )
             raise StorageError(
                 errno.ESTALE,
-                f"{self._members[m]}: the file changed since its token lists were found "
-                f"({size} bytes, device:inode:mtime_ns {listed} then; {st.st_size} bytes, "
-                f"{now} now): replaced or written to; call table_token_files again to read "
-                "the new version",
+                f"{self._members[m]}: {what} ({size} bytes, device:inode:mtime_ns {listed} "
+                f"then; {st.st_size} bytes, {now} now): replaced or written to; {fix} to "
+                "read the new version",
             )
+
+    @property
+    def _llmc(self) -> bool:
+        """Whether this is an llm.c shard (TokenFile.format ``"llmc"``): one member, the
+        file itself, read from the end of its header to the end of the file (a table's
+        Arrow file has its footer or end marker there)."""
+        return (
+            self._members == [self.path]
+            and self._at.tolist() == [_LLMC_HEAD]
+            and bool(self._versions)
+            and self._versions[0][0] == _LLMC_HEAD + self.size
+        )
 
     def pread_into(self, buf: NDArray[np.uint8], offset: int) -> None:
         """Fill ``buf`` with bytes ``[offset, offset + len(buf))`` of the concatenation."""

@@ -28,12 +28,15 @@ def check_pad_value(pad_value: int | float | bool, dtype: np.dtype[Any]) -> None
     except (OverflowError, ValueError, TypeError) as exc:
         raise ConfigError(f"pad_value {pad_value!r} does not fit dtype {dtype}") from exc
     got = cast.item()
-    if dtype.kind in "fc" and isinstance(pad_value, (float, np.floating)):
+    if number_kind(dtype) in "fc" and isinstance(pad_value, (float, np.floating)):
         # A float dtype rounds a float (0.1 in float32 is fine) and NaN != NaN;
         # what does not fit is a finite value that overflows to inf. An int
-        # must come through exactly (2**24 + 1 in float32 does not).
-        fits = bool(np.isfinite(got)) or not bool(np.isfinite(pad_value))
-        fits = fits and bool(np.isnan(got)) == bool(np.isnan(pad_value))
+        # must come through exactly (2**24 + 1 in float32 does not). (bfloat16 and
+        # float8 too: 0.1 was refused, and NaN; float4_e2m1fn makes inf 6.)
+        if bool(np.isfinite(pad_value)):
+            fits = bool(np.isfinite(got))
+        else:
+            fits = got == pad_value or (bool(np.isnan(got)) and bool(np.isnan(pad_value)))
     else:
         fits = got == pad_value
     if not fits:
@@ -46,6 +49,36 @@ def number_dtype(dt: np.dtype[Any]) -> bool:
     if dt.kind in "OMmUSc":
         return False
     return dt.kind != "V" or not (dt.names or dt.type is np.void)
+
+
+def ml_dtype(dt: np.dtype[Any]) -> bool:
+    """An ml_dtypes number dtype (bfloat16, float8, int4): of kind "V", as records and raw
+    bytes are, but numbers NumPy casts to and from."""
+    return dt.kind == "V" and number_dtype(dt)
+
+
+def number_kind(dt: np.dtype[Any]) -> str:
+    """``dt``'s kind, an ml_dtypes one's as the numbers it holds: "f" for bfloat16 and
+    float8 (``np.finfo`` knows them), "i" or "u" for int4 and the like."""
+    if not ml_dtype(dt):
+        return dt.kind
+    try:
+        np.finfo(dt)
+    except ValueError:
+        return "i" if int_bounds(dt)[0] < 0 else "u"
+    return "f"
+
+
+def int_bounds(dt: np.dtype[Any]) -> tuple[int, int]:
+    """The least and greatest value of an integer dtype, ml_dtypes' (int4, which
+    ``np.iinfo`` refuses) too: the integers that come back unchanged from it."""
+    if not ml_dtype(dt):
+        info = np.iinfo(dt)
+        return int(info.min), int(info.max)
+    span = np.arange(-(2 ** (8 * dt.itemsize)), 2 ** (8 * dt.itemsize), dtype=np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        kept = span[span.astype(dt).astype(np.int64) == span]
+    return int(kept.min()), int(kept.max())
 
 
 def numbers(a: NDArray[Any]) -> bool:
