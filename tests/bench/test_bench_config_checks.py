@@ -161,7 +161,8 @@ def test_an_infinite_token_file_size_is_refused_not_a_traceback(tmp_path: Path) 
     ("argv", "said"),
     [
         (["--variants", "headrace-sync?nokey=1"],
-         "tokens.toml: variant 'headrace-sync?nokey=1': unknown option 'nokey'; nothing reads "
+         "--variants 'headrace-sync?nokey=1': variant 'headrace-sync?nokey=1': unknown option "
+         "'nokey'; nothing reads "
          "it"),
         (["--variants", "headrace-sync?prefetch=abc"],
          "variant 'headrace-sync?prefetch=abc': prefetch='abc' is not a number, as the reader's "
@@ -169,10 +170,12 @@ def test_an_infinite_token_file_size_is_refused_not_a_traceback(tmp_path: Path) 
         (["--sweep", "prefetch=1,x"],
          "variant 'naive?prefetch=x': prefetch='x' is not a number"),
         (["--variants", "headrace-sync?block_mib=0"],
-         "tokens.toml: variant 'headrace-sync?block_mib=0': block_mib must be a whole number of "
+         "--variants 'headrace-sync?block_mib=0': variant 'headrace-sync?block_mib=0': block_mib "
+         "must be a whole number of "
          "4 KiB pages"),
         (["--variants", "headrace-async?prefetch=-1"],
-         "tokens.toml: variant 'headrace-async?prefetch=-1': prefetch must be a whole number >= "
+         "--variants 'headrace-async?prefetch=-1': variant 'headrace-async?prefetch=-1': "
+         "prefetch must be a whole number >= "
          "0; got -1"),
         (["--variants", "headrace-sync?reads=mmap"],
          "variant 'headrace-sync?reads=mmap': reads must be 'populate' or 'pread' (got 'mmap')"),
