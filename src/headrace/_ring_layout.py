@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._pack import Field, pack
-from headrace._stacking import _PLAIN
+from headrace._stacking import PLAIN
 from headrace.errors import ConfigError
 from headrace.pipeline import Batch, Source
 
@@ -59,7 +59,7 @@ Layout = tuple[tuple[Region, ...], tuple[FieldAt, ...], tuple[RaggedAt, ...], tu
 
 # Subclasses that a view of the plain array makes again (a record array's attribute
 # access, a matrix's products). A memory map's bytes are copied as a plain array's
-# (:data:`~headrace._stacking._PLAIN`): it comes out a plain array, as its sums are.
+# (:data:`~headrace._stacking.PLAIN`): it comes out a plain array, as its sums are.
 _VIEWED = (np.recarray, np.matrix)
 
 
@@ -121,7 +121,7 @@ def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout
             continue
         kind = type(a)
         if isinstance(a, np.ma.MaskedArray) and kind is np.ma.MaskedArray:
-            if getattr(a, "_baseclass", None) not in _PLAIN:
+            if getattr(a, "_baseclass", None) not in PLAIN:
                 return None  # a masked record array, say: pickled
             dense[k] = np.ma.getdata(a)
             mask = np.ma.getmask(a)
@@ -134,7 +134,7 @@ def _layout(arrays: Batch, contiguous: bool) -> tuple[list[NDArray[Any]], Layout
         elif kind in _VIEWED:
             dense[k] = a.view(np.ndarray)
             subs[k] = (kind, None, False)
-        elif kind in _PLAIN:
+        elif kind in PLAIN:
             dense[k] = a
         else:
             return None  # another subclass: pickled, with what makes it one
@@ -192,7 +192,7 @@ def _arrays_only(a: NDArray[Any]) -> bool:
     return (
         type(a) is np.ndarray
         and a.ndim == 1
-        and all(type(e) in _PLAIN and not e.dtype.hasobject for e in a)
+        and all(type(e) in PLAIN and not e.dtype.hasobject for e in a)
     )
 
 

@@ -8,9 +8,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stackable"]
+__all__ = [
+    "PLAIN",
+    "stackable",
+]
 
-_PLAIN = (np.ndarray, np.memmap)
+#: Array types whose bytes are their values: a plain array, or a memory map of one.
+PLAIN = (np.ndarray, np.memmap)
 
 
 def stackable(parts: Sequence[Any]) -> bool:
@@ -25,7 +29,7 @@ def stackable(parts: Sequence[Any]) -> bool:
     (and makes a plain array of record arrays, and cannot stack matrices), so such
     samples stay apart, as they are.
     """
-    if not parts or not all(type(p) in _PLAIN for p in parts):
+    if not parts or not all(type(p) in PLAIN for p in parts):
         return False
     first = parts[0]
     native = first.dtype.newbyteorder("=")

@@ -31,6 +31,7 @@ __all__ = [
     "exif_tiff",
     "jpeg_orientation",
     "jpeg_segments",
+    "NO_LENGTH",
     "png_orientation",
     "tiff_orientation",
 ]
@@ -57,7 +58,7 @@ _PNG_XMP = b"XML:com.adobe.xmp\0"
 _PNG_TEXT_MOST = 1 << 20
 _PNG_META = frozenset({b"eXIf", b"iTXt", b"tEXt", b"zTXt"})
 # Markers without a length: TEM, RST0-7, SOI, EOI.
-_NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
+NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8), 0xD8, 0xD9})
 
 
 def jpeg_orientation(view: memoryview) -> int:
@@ -171,7 +172,7 @@ def jpeg_segments(view: memoryview) -> Iterator[tuple[int, int, int]]:
         if marker == 0xFF:  # fill byte
             at += 1
             continue
-        if marker in _NO_LENGTH:
+        if marker in NO_LENGTH:
             at += 2
             continue
         if marker == _SOS:

@@ -57,7 +57,7 @@ from headrace._messages import RECOPY
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._exif import (
-    _NO_LENGTH,
+    NO_LENGTH,
     apply_orientation,
     jpeg_orientation,
     jpeg_segments,
@@ -278,7 +278,7 @@ def _check_scans(view: memoryview, name: str) -> None:
             continue
         if marker == 0xD9:  # EOI
             break
-        if marker in _NO_LENGTH:
+        if marker in NO_LENGTH:
             at += 2
             continue
         (length,) = struct.unpack_from(">H", view, at + 2)

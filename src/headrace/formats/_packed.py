@@ -47,7 +47,7 @@ from headrace.formats._object_files import (
     wait_all,
 )
 from headrace.formats._table_schema import numeric_dtype
-from headrace.formats._tokens import _LLMC_HEAD, TokenFile
+from headrace.formats._tokens import LLMC_HEAD, TokenFile
 from headrace.io import LocalFile, deep_io_pool
 from headrace.io._batch import results
 from headrace.io._open_files import MAX_IDLE_FILES
@@ -704,9 +704,9 @@ class SegmentedFile(_Segments):
         Arrow file has its footer or end marker there)."""
         return (
             self._members == [self.path]
-            and self._at.tolist() == [_LLMC_HEAD]
+            and self._at.tolist() == [LLMC_HEAD]
             and bool(self._versions)
-            and self._versions[0][0] == _LLMC_HEAD + self.size
+            and self._versions[0][0] == LLMC_HEAD + self.size
         )
 
     def pread_into(self, buf: NDArray[np.uint8], offset: int) -> None:

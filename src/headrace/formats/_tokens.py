@@ -34,14 +34,15 @@ from headrace.formats._token_text import refuse_non_tokens
 from headrace.io import LocalFile
 
 __all__ = [
-    "TOKEN_DTYPES",
-    "TokenFile",
-    "TokenFiles",
     "check_token_head",
     "describe_token_file",
+    "LLMC_HEAD",
     "open_token_file",
     "reads_head",
     "refuse_npy_tokens",
+    "TOKEN_DTYPES",
+    "TokenFile",
+    "TokenFiles",
     "write_token_sidecar",
 ]
 
@@ -304,7 +305,7 @@ def open_token_file(
         local = _LocalFiles()
         described = describe_token_file(p, dtype, format, local)
         if described.format == "llmc":  # read as segments: of this version of the file only
-            stamp = ((_LLMC_HEAD + described.nbytes, local.version),)
+            stamp = ((LLMC_HEAD + described.nbytes, local.version),)
             return dataclasses.replace(described, identity=local.identity, member_stamps=stamp)
         return dataclasses.replace(described, identity=local.identity)
     stores = ObjectFiles(options)
@@ -467,7 +468,7 @@ _LLMC_HEADERS: dict[int, tuple[int, np.dtype[np.generic]]] = {
     20240520: (1, np.dtype(np.uint16)),
     20240801: (7, np.dtype(np.uint32)),
 }
-_LLMC_HEAD = 1024  # 256 int32: magic, version, token count, then zeros
+LLMC_HEAD = 1024  # 256 int32: magic, version, token count, then zeros
 _LLMC_SAID = "int32 magic 20240520, version 1: uint16 tokens; 20240801, version 7: uint32"
 
 _LlmcHeader = tuple[int, int, int, np.dtype[np.generic]]  # magic, version, count, dtype
@@ -503,7 +504,7 @@ def _llmc_file(
         words = np.frombuffer(first, "<i4").tolist()
         raise FormatError(
             f"{p}: format='llmc' reads llm.c/modded-nanogpt token shards, which start with "
-            f"a {_LLMC_HEAD}-byte header ({_LLMC_SAID}), but its first int32 words are "
+            f"a {LLMC_HEAD}-byte header ({_LLMC_SAID}), but its first int32 words are "
             f"{words}: not such a shard. For headerless tokens leave format out, or pass "
             "format='raw' with their dtype"
         )
@@ -520,16 +521,16 @@ def _llmc_file(
             f"{np.dtype(dtype)} they would be other ids. Leave dtype out (the header gives "
             f"it) or pass dtype='{dt}'"
         )
-    want = _LLMC_HEAD + count * dt.itemsize
+    want = LLMC_HEAD + count * dt.itemsize
     if size < want:
         raise DataError(
-            f"{p}: truncated: {said} says {count} {dt} tokens after its {_LLMC_HEAD}-byte "
+            f"{p}: truncated: {said} says {count} {dt} tokens after its {LLMC_HEAD}-byte "
             f"header, {want} bytes in all, but the file has {size} bytes: a copy or "
             "download cut short; fetch or write the shard again"
         )
     if size > want:
         raise DataError(
-            f"{p}: {said} says {count} {dt} tokens after its {_LLMC_HEAD}-byte header, "
+            f"{p}: {said} says {count} {dt} tokens after its {LLMC_HEAD}-byte header, "
             f"{want} bytes in all, but the file has {size} bytes, {size - want} past its "
             "tokens: written onto since (another shard appended?), and the header no longer "
             "says what it holds; write the shard again"
@@ -542,7 +543,7 @@ def _llmc_file(
         None,
         etag,
         members=(p,),
-        segments=np.array([[0, _LLMC_HEAD, count * dt.itemsize]], dtype=np.int64),
+        segments=np.array([[0, LLMC_HEAD, count * dt.itemsize]], dtype=np.int64),
         member_infos=((size, etag),) if is_object_url(p) else (),
     )
 
@@ -555,12 +556,12 @@ def _refuse_llmc_header(p: str, format: str, head: memoryview, size: int) -> Non
     if header is None:
         return
     magic, version, count, dt = header
-    want = _LLMC_HEAD + count * dt.itemsize
+    want = LLMC_HEAD + count * dt.itemsize
     sized = "" if size == want else f"; the file has {size} bytes, the header says {want}"
     raise FormatError(
         f"{p}: an llm.c/modded-nanogpt token shard (magic {magic}, version {version}: a "
-        f"{_LLMC_HEAD}-byte header, then {count} {dt} tokens{sized}) opened as headerless "
-        f"{format} tokens, which would read the header as {_LLMC_HEAD // dt.itemsize} ids at "
+        f"{LLMC_HEAD}-byte header, then {count} {dt} tokens{sized}) opened as headerless "
+        f"{format} tokens, which would read the header as {LLMC_HEAD // dt.itemsize} ids at "
         f"the start of the shard. Its header gives its dtype and length: pass "
         f"format='llmc' to read its tokens (a dtype sidecar says a file is headerless: "
         f"remove {_sidecar_path(p)}, if there is one, to leave format out)"
