@@ -45,6 +45,9 @@ _MODE_HINT = (
 # 170 to 255); as "La" and "RGBa" (premultiplied already, to Pillow) every band is
 # resized alone, as grey and RGB are: 2- and 4-channel uint8 images are read as these.
 _BAND_BY_BAND = {2: "La", 4: "RGBa"}
+# What Pillow resizes: 8 bits (L, RGB...), 16-bit grey (I;16), 32-bit float grey (F);
+# float16 through float32 (Pillow has no half floats), every half exact in a float32.
+_RESIZES = (np.uint8, np.uint16, np.float32, np.float16)
 _resize = _SharedPool("headrace-resize", "HEADRACE_RESIZE_THREADS", min(8, _usable_cpus()))
 
 
@@ -133,9 +136,12 @@ class RandomResizedCrop:
     with bilinear interpolation (Pillow, the ``images`` extra); mirrored
     left-right with probability 1/2 when ``flip``. uint8 or uint16 images (16-bit
     PNGs: each channel resized as Pillow's 16-bit grey ``I;16``; uint8 of more than 4
-    channels each as grey ``L``), grey ``(H, W)``
+    channels each as grey ``L``), float32 or float16 (depth maps, normalised images:
+    each channel as Pillow's float grey ``F``, float16 through float32; a NaN or inf
+    spreads to the output pixels whose filter reaches it), grey ``(H, W)``
     or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])`` array of their
-    dtype and loses ``<key>_shape``. Every draw is from the sample's own generator.
+    dtype and loses ``<key>_shape``. float64 is refused: Pillow would resize it as
+    float32, so cast it first. Every draw is from the sample's own generator.
     No channel changes another: 2 and 4 channels (grey + alpha, RGBA, RGB-D) are
     resized band by band, not through the premultiplied alpha of Pillow's own ``LA``
     and ``RGBA`` resize (the same pixels where alpha is 255). Channels-first
@@ -217,8 +223,9 @@ class CenterCrop:
 
     ``resize``: an integer resizes each image so its shorter side has that many pixels
     (the longer one ``int(resize * long / short)``), a ``(height, width)`` to that size;
-    bilinear, with Pillow, as torchvision resizes a PIL image (2 and 4 channels band
-    by band, as :class:`RandomResizedCrop` resizes them); ``None``: no resize.
+    bilinear, with Pillow, as torchvision resizes a PIL image (the dtypes and channels
+    :class:`RandomResizedCrop` resizes, as it resizes them); ``None``: no resize, and
+    images of any dtype.
     Then the centre ``size`` = (height, width) is cut out, its corner at
     ``round((H - height) / 2)`` as torchvision rounds it; an image smaller than
     ``size`` is padded with zeros as torchvision pads it first. The same images as
@@ -319,8 +326,18 @@ def _check_image(
     """Refuse an image Pillow cannot resize (where ``resizes``: else any dtype), or one
     unlike the batch's first (``out``)."""
     name = type(t).__name__
-    if img.ndim not in (2, 3) or (resizes and img.dtype not in (np.uint8, np.uint16)):
-        takes = "resizes uint8 or uint16" if resizes else "crops"
+    if img.ndim in (2, 3) and resizes and img.dtype == np.float64:
+        # Pillow's float mode is 32-bit: Image.fromarray narrows float64 without a word
+        # (1 + 1e-3 noise came back 6e-8 off), so float64 out would hold float32's
+        # precision. Models take float32; the cast at the source halves the bytes too.
+        raise errors.DataError(
+            f"{name}: sample {number}'s {t.key!r} is float64 {img.shape}, which it would "
+            "resize with float32 precision (Pillow has no 64-bit float mode); cast the "
+            "images first, image.astype(np.float32) (in Mapped(source, fn) or when "
+            "writing them), or crop without resizing (RandomCrop, CenterCrop(resize=None))"
+        )
+    if img.ndim not in (2, 3) or (resizes and img.dtype not in _RESIZES):
+        takes = "resizes uint8, uint16, float32 or float16" if resizes else "crops"
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it {takes} "
             "(H, W) or (H, W, C) images"
@@ -373,12 +390,15 @@ def _resized(
     """``a`` resized bilinearly by Pillow to ``width x height`` and ``mirror``-ed
     left-right by Pillow (a mirrored copy through NumPy moves a pixel at a time: 153 us
     for 224 x 224 x 3 against Pillow's 19, measured in isolation). uint8 grey or colour;
-    uint16 as Pillow's 16-bit grey ``I;16``, a colour image channel by channel (Pillow
-    has no 16-bit colour mode), and so is uint8 of more than 4 channels (multispectral
-    bands: Pillow has no mode for them, and said only "Cannot handle this data type").
+    uint16 as Pillow's 16-bit grey ``I;16`` and float32 as its float grey ``F``, a
+    colour image channel by channel (Pillow has no 16-bit or float colour mode), and so
+    is uint8 of more than 4 channels (multispectral bands: Pillow has no mode for them,
+    and said only "Cannot handle this data type"). float16 as float32, rounded back.
     No band changes another: 2 and 4 channels are resized as "La" and "RGBa" (see
     :data:`_BAND_BY_BAND`), not through Pillow's premultiplied alpha."""
-    if a.ndim == 3 and a.shape[2] > 1 and (a.dtype == np.uint16 or a.shape[2] > 4):
+    if a.dtype == np.float16:  # "Cannot handle this data type: (1, 1), <f2" to Pillow
+        return _resized(image_mod, a.astype(np.float32), width, height, mirror).astype(a.dtype)
+    if a.ndim == 3 and a.shape[2] > 1 and (a.dtype != np.uint8 or a.shape[2] > 4):
         planes = [_resized(image_mod, a[..., c], width, height, mirror) for c in range(a.shape[2])]
         return np.stack(planes, axis=-1)
     one = np.ascontiguousarray(a[..., 0] if a.ndim == 3 and a.shape[2] == 1 else a)
