@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.errors import ConfigError, DataError
-from headrace.pipeline._layout import Batch, nbytes, ragged_keys
+from headrace.pipeline._layout import Batch, nbytes, ragged_keys, widened
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._mixture_ragged import merge_parts
 from headrace.pipeline._transform import (
@@ -137,7 +137,8 @@ class Filtered(Wrapped):
     def _check_like(self, first: Batch, got: Batch) -> None:
         """Raise unless the stand-ins' read ``got`` has the keys, dtypes and per-sample
         shapes of the ``first`` read, but for keys whose samples may differ (merged per
-        sample): its rows would be cast or broadcast into the first read's."""
+        sample) and strings' widths (a read's are its values', merged as wide as the
+        widest): its rows would be cast or broadcast into the first read's."""
         ragged = {*self.ragged_keys, *ragged_keys(first), *ragged_keys(got)}
         ragged |= {f"{k}_shape" for k in ragged}
 
@@ -145,9 +146,17 @@ class Filtered(Wrapped):
             return {k: (v.dtype, v.shape[1:]) for k, v in arrays.items() if k not in ragged}
 
         want, have = layout(first), layout(got)
-        if have == want:
+
+        def alike(k: str) -> bool:
+            w, h = want.get(k), have.get(k)
+            if w is None or h is None:
+                return False
+            return w[1] == h[1] and widened(w[0], h[0]) is not None
+
+        differ = [k for k in sorted({*want, *have}) if not alike(k)]
+        if not differ:
             return
-        key = next(k for k in sorted({*want, *have}) if want.get(k) != have.get(k))
+        key = differ[0]
 
         def shown(x: tuple[np.dtype[Any], tuple[int, ...]] | None) -> str:
             return "no such key" if x is None else f"{x[0]} of per-sample shape {x[1]}"

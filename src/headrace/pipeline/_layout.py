@@ -27,6 +27,7 @@ __all__ = [
     "ragged_keys",
     "split_chunk",
     "string_keys",
+    "widened",
 ]
 
 Batch = dict[str, NDArray[Any]]
@@ -116,6 +117,40 @@ def _narrowed(dtype: np.dtype[Any], v: NDArray[Any]) -> np.dtype[Any]:
         return dtype
     width = _widest(v)
     return dtype if width is None or width >= _chars(dtype) else np.dtype(f"{dtype.str[:2]}{width}")
+
+
+def widened(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any] | None:
+    """The dtype that holds values of ``a`` and of ``b`` where they differ only in their
+    strings' widths (as one source's reads may, or two sources' of one layout): each
+    string as wide as the wider, of one kind (``U`` or ``S``: bytes are no text, and
+    NumPy would decode them as ASCII), a record's fields so as NumPy lays them out.
+    ``None`` where they differ otherwise: nothing else is widened."""
+    if a == b:
+        return a
+    if a.subdtype is not None or b.subdtype is not None:
+        if a.subdtype is None or b.subdtype is None or a.subdtype[1] != b.subdtype[1]:
+            return None
+        inner = widened(a.subdtype[0], b.subdtype[0])
+        return None if inner is None else np.dtype((inner, a.subdtype[1]))
+    if a.names is not None or b.names is not None:
+        aligned = a.isalignedstruct
+        if a.names != b.names or a.type is not b.type or b.isalignedstruct != aligned:
+            return None
+        names = list(a.names or ())
+        was = [[d[n] for n in names] for d in (a, b)]
+        if any(_record(d.type, names, f, aligned) != d for d, f in zip((a, b), was, strict=True)):
+            return None  # offsets of their own (a file's gaps, titles): only as they are
+        fields = []
+        for x, y in zip(*was, strict=True):
+            field = widened(x, y)
+            if field is None:
+                return None
+            fields.append(field)
+        return _record(a.type, names, fields, aligned)
+    if a.kind not in "US" or b.kind != a.kind:
+        return None
+    order = a.str[0] if a.str[0] == b.str[0] else "="
+    return np.dtype(f"{order}{a.kind}{max(_chars(a), _chars(b))}")
 
 
 def _record(

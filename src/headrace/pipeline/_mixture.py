@@ -24,7 +24,7 @@ from headrace._closing import Closing
 from headrace.errors import ConfigError, DataError
 from headrace.io._batch import results
 from headrace.io._pool import source_pool
-from headrace.pipeline._layout import Batch, nbytes, ragged_keys
+from headrace.pipeline._layout import Batch, nbytes, ragged_keys, widened
 from headrace.pipeline._loader_args import check_source
 from headrace.pipeline._loader_types import Source
 from headrace.pipeline._locks import source_lock
@@ -420,7 +420,9 @@ class Mixture(Closing):
                 self._check_layout(s, part)
 
     def _check_layout(self, s: int, part: Batch) -> None:
-        """Every source gives the same keys, dtypes and trailing shapes (checked once each)."""
+        """Every source gives the same keys, dtypes and trailing shapes (checked once each);
+        strings of one kind (``U``, ``S``) may differ in width, which reads do by their
+        values: :func:`merge_parts` makes a read's as wide as its widest part."""
         if not self._layout:
             self._layout = {k: (v.dtype, v.shape[1:], self.names[s]) for k, v in part.items()}
             if "source" in part:
@@ -433,7 +435,7 @@ class Mixture(Closing):
         raw_got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
         raw_want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
         got, want = self._comparable(raw_got, part), self._comparable(raw_want, None)
-        if got != want:
+        if not _alike(got, want):
             first = next(iter(self._layout.values()))[2]
             detail = ""
             fix = "map one source's arrays to the other's layout with Mapped(source, fn)"
@@ -448,11 +450,23 @@ class Mixture(Closing):
                     if keys
                 ]
                 detail = f" ({'; '.join(only)})"
-            elif any(got[k][0] != want[k][0] for k in got):
+            elif any(widened(got[k][0], want[k][0]) is None for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
                 both = (self.sources[s], self.sources[self.names.index(first)])
                 if all(type(src).__name__ in _OUT_DTYPE for src in both):
                     fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
+                text = [k for k in sorted(got) if {got[k][0].kind, want[k][0].kind} == {"S", "U"}]
+                if text:
+                    # NumPy would decode the bytes as ASCII: at the first that is not, a
+                    # batch many steps in would fail.
+                    raw, txt = (self.names[s], first)
+                    if got[text[0]][0].kind == "U":
+                        raw, txt = txt, raw
+                    fix = (
+                        f"{text[0]!r} is bytes (S) in {raw!r} and text (U) in {txt!r}; make "
+                        "it one with Mapped(source, fn): np.char.decode(a, 'utf-8') of the "
+                        "bytes, or np.char.encode(a, 'utf-8') of the text"
+                    )
             else:
                 what = "per-sample shape"
             raise DataError(
@@ -585,6 +599,18 @@ def _by_source(source: NDArray[np.int64]) -> list[tuple[int, NDArray[np.intp]]]:
     cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
     firsts = np.concatenate(([0], cuts))
     return list(zip(ids[firsts].tolist(), np.split(order, cuts), strict=True))
+
+
+def _alike(
+    got: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
+    want: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
+) -> bool:
+    """The same keys and per-sample shapes, and dtypes that differ at most in their
+    strings' widths (a source's strings are as wide as the values it read: the read's
+    parts are merged as wide as the widest, :func:`merge_parts`)."""
+    return got.keys() == want.keys() and all(
+        got[k][1] == want[k][1] and widened(got[k][0], want[k][0]) is not None for k in got
+    )
 
 
 def _describe(layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]) -> str:

@@ -7,6 +7,12 @@ several sizes. Such a key comes out as one source's batch of mixed sizes does
 (:func:`~headrace.formats._file_samples.stack_samples`): a 1-D ``object`` array
 of per-sample arrays beside ``<key>_shape`` ``(B, ndim)``, which the Loader
 stacks again per step where a step's samples agree (``_layout.lay_out``).
+
+Fixed-width strings (``U``, ``S``, records with such fields) are as wide as the values
+a source read, so parts (and one source's reads) differ in width: a key's array is as
+wide as its widest part (``_layout.widened``), never its first part's, which cut a
+wider part's strings, and the Loader gives each step its own width again
+(``_layout.narrow_strings``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.pipeline._layout import Batch
+from headrace.errors import DataError
+from headrace.pipeline._layout import Batch, widened
 
 __all__ = ["merge_parts"]
 
@@ -36,7 +43,7 @@ def merge_parts(
                 continue
             dst = out.get(k)
             if dst is None:
-                dst = out[k] = np.empty((n, *v.shape[1:]), dtype=v.dtype)
+                dst = out[k] = np.empty((n, *v.shape[1:]), dtype=_dtype(k, parts))
             dst[idx] = v
     for k in sorted(mixed):
         per = np.empty(n, dtype=object)
@@ -56,15 +63,37 @@ def merge_parts(
     return out
 
 
+def _dtype(key: str, parts: Sequence[tuple[NDArray[np.intp], Batch]]) -> np.dtype[Any]:
+    """The dtype of ``key``'s array that holds every part's: strings as wide as the
+    widest part's. Anything else that differs was refused by the caller's checks
+    (a mixture's layouts, a filter's stand-ins); here too, rather than cast."""
+    dtypes = [p[key].dtype for _, p in parts if key in p]
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        wider = widened(out, d)
+        if wider is None:
+            raise DataError(
+                f"the parts of a read give {key!r} as {dtypes[0]} and {d}: only strings "
+                "differing in width are widened; map the sources to one dtype with "
+                "Mapped(source, fn)"
+            )
+        out = wider
+    return out
+
+
 def _disagree(key: str, parts: list[Batch]) -> bool:
     """Whether ``key``'s samples cannot stack across ``parts``: one part holds them
-    per sample, or the parts' stacked samples differ in shape or dtype."""
-    seen: set[tuple[Any, ...]] = set()
+    per sample, or the parts' stacked samples differ in shape or in dtype (other than
+    strings of one kind in width, which stack as wide as the widest)."""
+    first: NDArray[Any] | None = None
     for part in parts:
         v = part.get(key)
         if v is None:
             continue
         if v.dtype == object and f"{key}_shape" in part:
             return True
-        seen.add((v.dtype, v.shape[1:]))
-    return len(seen) > 1
+        if first is None:
+            first = v
+        elif v.shape[1:] != first.shape[1:] or widened(v.dtype, first.dtype) is None:
+            return True
+    return False
