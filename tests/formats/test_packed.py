@@ -345,7 +345,7 @@ def test_shards_are_read_side_by_side_and_the_first_bad_one_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every shard's walk runs at once: the same token file as one after another;
-    # two bad shards: the first by file order is raised, the other counted.
+    # two bad shards: the first by file order is raised, the other named.
     import headrace.formats._packed as packed
 
     root, _ = make_shards(tmp_path)
@@ -364,4 +364,6 @@ def test_shards_are_read_side_by_side_and_the_first_bad_one_is_named(
         write_stream(root / f"data-{i:05d}-of-00004.arrow", bad)
     with pytest.raises(ConfigError, match=r"data-00001-of-00004\.arrow: column 'input_ids'") as ei:
         table_token_files(root)
-    assert "1 other file(s) failed too" in "".join(ei.value.__notes__)
+    assert "1 other file of the table failed to open too" in "".join(ei.value.__notes__)
+    (other,) = ei.value.others_failed  # type: ignore[attr-defined]  # named, s50
+    assert "data-00003-of-00004.arrow: column 'input_ids'" in str(other)

@@ -29,13 +29,14 @@ from urllib.parse import unquote
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import first_failed
 from headrace.errors import ConfigError, HeadraceError, ObjectNotFoundError, StorageError
 from headrace.formats._npy import NPY_HEAD
 from headrace.io import ObjectCache, RequestQueue, cache_pool, file_url_path
-from headrace.io._batch import results
+from headrace.io._batch import raise_first, results
 from headrace.io._file import url_typo
 from headrace.io._object_names import empty_segment, empty_segment_error, refuse_dot_segment
-from headrace.io._waits import result
+from headrace.io._waits import result, wait_done
 
 if TYPE_CHECKING:
     from headrace.formats._megatron import CheckedIndex
@@ -50,6 +51,7 @@ __all__ = [
     "check_in_flight",
     "check_store_options",
     "common_url_root",
+    "failures_of",
     "joined",
     "named_url",
     "split_object_url",
@@ -216,6 +218,17 @@ def common_url_root(urls: Sequence[str], what: str, *, named: bool = False) -> s
 def wait_all(futures: Sequence[Future[Any]]) -> None:
     """Wait for every future, then raise the first one's error (none still writes after)."""
     results(futures)
+
+
+def failures_of(futures: Sequence[Future[Any]]) -> list[HeadraceError | None]:
+    """Each future's error (``None``: it succeeded), once every one is done (no read
+    still writes after): the opens and reads of a dataset's files, whose failures are all
+    named (:func:`~headrace._messages.first_failed`), not the first alone. An error not
+    a :class:`HeadraceError` (a Ctrl-C, a bug) is raised."""
+    wait_done(futures)
+    errors = [f.exception() for f in futures]
+    raise_first([e for e in errors if e is not None and not isinstance(e, HeadraceError)])
+    return [e if isinstance(e, HeadraceError) else None for e in errors]
 
 
 def cache_name(options: Mapping[str, Any], url: str) -> str:
@@ -434,7 +447,8 @@ class ObjectFiles:
     def infos(self, urls: Sequence[str]) -> list[ObjectInfo]:
         """:meth:`info` of every URL, the HEADs on the request queue: up to ``in_flight``
         at once, where one after another took a round trip each (a list of 1,000 shard
-        URLs at 50 ms: 50 s). All finish before the first error is raised."""
+        URLs at 50 ms: 50 s). All finish before the first error is raised, the others named
+        (:func:`~headrace._messages.first_failed`)."""
         queue = self._request_queue()
 
         def head(url: str) -> Future[ObjectInfo]:
@@ -442,7 +456,10 @@ class ObjectFiles:
             return queue.submit(lambda: store.astat(key))
 
         futures = [head(u) for u in urls]
-        wait_all(futures)
+        # Every URL that failed named, not the first alone (a list of shards, 3 deleted).
+        failed = [(u, e) for u, e in zip(urls, failures_of(futures), strict=True) if e is not None]
+        if failed:
+            raise first_failed(failed, "failed to open too")
         return [f.result() for f in futures]
 
     def read(self, path: str) -> bytes | None:

@@ -23,6 +23,7 @@ mapped, since the ranges are not one run of the file.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace._messages import RECOPY
+from headrace._messages import RECOPY, first_failed
 from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
 from headrace.formats._arrow_numpy import valid_rows
 from headrace.formats._file_list import is_object_url
@@ -43,13 +44,12 @@ from headrace.formats._object_files import (
     RemoteFile,
     check_in_flight,
     check_store_options,
+    failures_of,
     joined,
-    wait_all,
 )
 from headrace.formats._table_schema import numeric_dtype
 from headrace.formats._tokens import LLMC_HEAD, TokenFile
 from headrace.io import LocalFile, deep_io_pool
-from headrace.io._batch import results
 from headrace.io._open_files import MAX_IDLE_FILES
 
 __all__ = [
@@ -178,11 +178,13 @@ def _column_streams(pa: Any, files: list[str], column: str) -> list[_Stream]:
     """:func:`_column_stream` of every file, side by side on the deep I/O pool: each
     is a walk of round trips (the file's record batch headers, then its offsets),
     which one file after another added up on a network mount. Every file is done
-    before the first error (by file order) is raised."""
-    if len(files) < 2:
-        return [_column_stream(pa, f, column) for f in files]
+    before the first error (by file order) is raised, the others named
+    (:func:`~headrace._messages.first_failed`), as a table's and object storage's are."""
     futures = [deep_io_pool().submit(_column_stream, pa, f, column) for f in files]
-    return results(futures, "other file(s) failed too")
+    failed = [(f, e) for f, e in zip(files, failures_of(futures), strict=True) if e is not None]
+    if failed:
+        raise first_failed(failed, "of the table failed to open too")
+    return [f.result() for f in futures]
 
 
 def _column_stream(pa: Any, path: str, column: str) -> _Stream:
@@ -292,7 +294,18 @@ def _remote_stream(
             dtypes.add(dtype)
             handle = files.open(part.path, info.size, info.etag)
             plans.append(_offset_reads(pa, part, handle, column, layout))
-        wait_all([f for _, reads in plans for _, _, _, fs in reads for f in fs])
+        # Every object's row offsets fetched before the first failure (by object order)
+        # is raised, each object whose GETs failed (a 403, 5xx after the retries, gone
+        # since the listing) named, as those whose headers failed are.
+        each = [[f for _, _, _, fs in reads for f in fs] for _, reads in plans]
+        errors = iter(failures_of([f for fs in each for f in fs]))
+        failed = []
+        for part, fs in zip(parts, each, strict=True):
+            mine = [e for e in itertools.islice(errors, len(fs)) if e is not None]
+            if mine:
+                failed.append((part.path, mine[0]))
+        if failed:
+            raise first_failed(failed, "of the table failed to open too")
     finally:
         files.close()
     dtype = dtypes.pop()

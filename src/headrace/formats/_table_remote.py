@@ -38,6 +38,7 @@ from headrace.formats._object_files import (
     ObjectFiles,
     RemoteFile,
     common_url_root,
+    failures_of,
     named_url,
     refuse_bucketless,
     split_object_url,
@@ -407,12 +408,13 @@ class RemoteParquet(RemotePart):
             if info.size < 12:
                 failed[i] = FormatError(f"{url}: {info.size} bytes is too small for a Parquet file")
         tails = [np.empty(min(info.size, _FOOTER), np.uint8) for _, info in objects]
-        futures = [
-            h.read_into(t, info.size - t.size)
-            for i, (h, t, (_, info)) in enumerate(zip(handles, tails, objects, strict=True))
-            if i not in failed
-        ]
-        wait_all(futures)
+        read = [i for i in range(len(objects)) if i not in failed]
+        futures = [handles[i].read_into(tails[i], objects[i][1].size - tails[i].size) for i in read]
+        # A footer the store would not give (a 403, 5xx after the retries, an object gone
+        # since the listing) is named among the others too, as a damaged one is: the
+        # first alone told a user fixing a bucket of one object a run.
+        got = zip(read, failures_of(futures), strict=True)
+        failed.update({i: exc for i, exc in got if exc is not None})
         parts = []
         held = HeldBytes()  # one count for the table
         for i, ((url, info), h, tail) in enumerate(zip(objects, handles, tails, strict=True)):
