@@ -259,7 +259,9 @@ def launch(launcher: list[str], script: str, *args: object, **env: str) -> None:
         **env,
     }
     cmd = [sys.executable, "-m", *launcher, str(here / script), *map(str, args)]
-    done = subprocess.run(cmd, env=env, timeout=120, capture_output=True, text=True)
+    # A guard against a hang, not a bound: a Lightning launch of 2 ranks and 4 variants
+    # took 77 s at load 13 (2c, 2026-12-07), and the suite runs beside other jobs.
+    done = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 

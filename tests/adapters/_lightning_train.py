@@ -13,12 +13,13 @@ Lightning restores no state into a stock DataLoader), then the other, which Ligh
 restores, and trains on to STEPS (the validation loader, not restored, is not refused).
 Each rank writes the digests of the batches its training_step got and of the final
 parameters to OUT/VARIANT/{mode}-{rank}.json. VARIANT: ``plain`` (the runs above);
-``workers`` (tested on 1 process): only the HeadraceDataLoader's runs, with
-``num_workers=2`` and chunks of one step; ``own-loop``: every run's ``trainer.fit_loop``
-is a user's subclass of Lightning's; ``epochs`` (1 process, ``first`` only):
-lightning_epochs.py's two fits. Several variants run one after the other in the same
-processes: each process start imports Lightning, which takes most of a run's time
-(``import lightning``: 9.4 s CPU a process, 2c, 2026-12-04).
+``workers``: only the HeadraceDataLoader's runs, with ``num_workers=2`` and chunks of
+one step; ``own-loop``: every run's ``trainer.fit_loop`` is a user's subclass of
+Lightning's; ``epochs`` (``resume`` only, the lighter phase): lightning_epochs.py's two
+fits, the second resumed from the first's checkpoint in the same process. Several
+variants run one after the other in the same processes: each process start imports
+Lightning, which takes most of a run's time (``import lightning``: 9.4 s CPU a process,
+2c, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def stock_runs(root: Path, out: Path, mode: str, ckpt: Path, variant: str) -> di
 def main(root: Path, out: Path, mode: str, *variants: str) -> None:
     for variant in variants:
         if variant == "epochs":  # both of its fits in one process: nothing to resume
-            if mode == "first":
+            if mode == "resume":
                 (out / variant).mkdir(exist_ok=True)
                 epochs(root, out / variant)
         else:

@@ -1,5 +1,6 @@
 """Run under torchrun: DDP training whose model, optimizer and loader go into one
-``torch.distributed.checkpoint`` (DCP) checkpoint, as torchtitan saves them.
+``torch.distributed.checkpoint`` (DCP) checkpoint, as torchtitan saves them. (One rank
+runs as ``python dcp_train.py`` in torchrun's environment, without its agent.)
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 \\
         dcp_train.py ROOT save|resume STEPS SAVE_AT OUT:SOURCE:HOW [OUT:SOURCE:HOW ...]

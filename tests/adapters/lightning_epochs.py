@@ -1,20 +1,21 @@
-"""One CPU process: Lightning trains 2 epochs of an exact pass (``epochs=1``) on a stock
-``DataLoader``, checkpointed at each epoch's end (ModelCheckpoint's default), then a new
-trainer resumes from the first epoch's checkpoint.
+"""Lightning trains 2 epochs of an exact pass (``epochs=1``) on a stock ``DataLoader``,
+checkpointed at each epoch's end (ModelCheckpoint's default), then a new trainer resumes
+from the first epoch's checkpoint: on one CPU process, or on torchrun's ranks (DDP).
 
     lightning_epochs.py ROOT OUT
 
-(The tests run ``main`` in lightning_train.py's process, as its ``epochs`` variant: one
-Lightning import fewer.)
+(The tests run ``main`` in lightning_train.py's 2-rank processes, as its ``epochs``
+variant: no Lightning import of its own.)
 
 Resumed at an epoch's end, the stock loader starts the pass over, as the uninterrupted
-run's second epoch did: not refused. Writes the batch digests of both runs' training
-steps, by epoch, to OUT/epochs.json.
+run's second epoch did: not refused. Each rank writes the batch digests of both runs'
+training steps, by epoch, to OUT/epochs-{rank}.json.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from headrace.torch import TorchDataset
+
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's, where it started this process
 
 
 class Module(L.LightningModule):
@@ -51,7 +54,8 @@ def fit(root: Path, out: Path, ckpt: Path | None) -> Module:
     every = ModelCheckpoint(dirpath=out, save_top_k=-1, filename="{epoch}")
     trainer = L.Trainer(
         accelerator="cpu",
-        devices=1,
+        devices=WORLD,
+        strategy="ddp" if WORLD > 1 else "auto",
         max_epochs=2,
         callbacks=[every],
         logger=False,
@@ -68,7 +72,8 @@ def main(root: Path, out: Path) -> None:
         resumed: Any = fit(root, out, out / "epoch=0.ckpt").seen
     except Exception as exc:
         resumed = repr(exc)
-    (out / "epochs.json").write_text(json.dumps({"first": first.seen, "resumed": resumed}))
+    rank = os.environ.get("RANK", "0")
+    (out / f"epochs-{rank}.json").write_text(json.dumps({"first": first.seen, "resumed": resumed}))
 
 
 if __name__ == "__main__":
