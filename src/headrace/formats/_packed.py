@@ -35,7 +35,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY, first_failed
-from headrace.errors import ConfigError, DataError, FormatError, ReadEOFError, StorageError
+from headrace.errors import (
+    ConfigError,
+    DataError,
+    FormatError,
+    ObjectNotFoundError,
+    ReadEOFError,
+    StorageError,
+)
 from headrace.formats._arrow_numpy import valid_rows
 from headrace.formats._file_list import is_object_url
 from headrace.formats._object_files import (
@@ -50,7 +57,7 @@ from headrace.formats._object_files import (
 from headrace.formats._table_schema import numeric_dtype
 from headrace.formats._tokens import LLMC_HEAD, TokenFile
 from headrace.io import LocalFile, deep_io_pool
-from headrace.io._open_files import MAX_IDLE_FILES
+from headrace.io._open_files import MAX_IDLE_FILES, gone_error
 
 __all__ = [
     "MAX_OPEN_MEMBERS",
@@ -660,7 +667,10 @@ class SegmentedFile(_Segments):
 
     def _file(self, m: int) -> LocalFile:
         """Open member ``m``, checked against its ranges (and version)."""
-        f = LocalFile(self._members[m])
+        try:
+            f = LocalFile(self._members[m])
+        except ObjectNotFoundError as exc:  # there when its ranges were found
+            raise gone_error(self._members[m], "token source") from exc
         need = int(self._need[m])
         if need > f.size:
             size = f.size

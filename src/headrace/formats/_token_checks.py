@@ -32,9 +32,11 @@ from headrace.formats._object_files import ObjectFiles
 from headrace.formats._pace import quick_then_pooled
 from headrace.formats._token_listing import list_shards
 from headrace.formats._tokens import (
+    NoDtypeError,
     TokenFile,
     TokenFormat,
     describe_token_file,
+    index_path,
     open_token_file,
     reads_head,
 )
@@ -73,6 +75,8 @@ def describe_files(
         except StorageError as exc:
             _note_not_a_file(str(f), exc)
             return exc
+        except NoDtypeError as exc:
+            return exc  # told with the others (_refuse_without_dtype)
         except ConfigError:
             raise  # the arguments', not this file's: every file would fail alike
         except HeadraceError as exc:  # this file's (damaged, truncated): the others opened too
@@ -87,6 +91,7 @@ def describe_files(
         # Left by an error (a Ctrl-C), an open stuck in stalled storage is not waited for.
         with one_call_pool(min(16, urls), thread_name_prefix="headrace-open") as pool:
             got = list(pool.map(one, files))
+    _refuse_without_dtype(files, got)
     # Every file opened before the first failure (in file order) is raised, the others
     # named and kept as its others_failed (headrace check --json lists each): 3 damaged
     # shards of 5 told of the first alone, to be found one run at a time.
@@ -94,6 +99,36 @@ def describe_files(
     if failed:
         raise first_failed(failed, "failed to open too")
     return [g for g in got if isinstance(g, TokenFile)]
+
+
+def _refuse_without_dtype(
+    files: list[str | os.PathLike[str] | TokenFile], got: list[TokenFile | HeadraceError]
+) -> None:
+    """Raise the first file's :class:`NoDtypeError`, said as a damaged pair or shard where
+    the files opened beside it are Megatron pairs or llm.c shards: asked for a dtype, a
+    Megatron ``.bin`` whose ``.idx`` was not copied (or an llm.c shard whose header was
+    overwritten) read as raw tokens beside them, without its documents."""
+    no_dtype = [(str(f), g) for f, g in zip(files, got, strict=True) if isinstance(g, NoDtypeError)]
+    if not no_dtype:
+        return
+    path, exc = no_dtype[0]
+    formats = {g.format: g.path for g in got if isinstance(g, TokenFile)}
+    more = f" ({len(no_dtype) - 1} more files alike)" if len(no_dtype) > 1 else ""
+    if "megatron" in formats:
+        raise DataError(
+            f"{path}: no Megatron index at {index_path(path)}, where the other files of this "
+            f"source are Megatron .bin/.idx pairs (such as {formats['megatron']}){more}: its "
+            ".idx was not copied or was deleted; copy the pair again (read as raw tokens "
+            "given a dtype, it would have no documents)"
+        ) from exc
+    if "llmc" in formats:
+        raise DataError(
+            f"{path}: no llm.c header (int32 magic 20240520 or 20240801 at its start), where "
+            f"the other files of this source are llm.c shards (such as {formats['llmc']})"
+            f"{more}: its header is damaged or it is another kind of file; write or fetch "
+            "the shard again (read as raw tokens given a dtype, its header would be 512 ids)"
+        ) from exc
+    raise exc
 
 
 def _reads_head(

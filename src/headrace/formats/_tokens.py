@@ -23,7 +23,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError, ObjectNotFoundError
+from headrace.errors import (
+    ConfigError,
+    DataError,
+    FormatError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron import CheckedIndex, MegatronIndex, check_megatron_index
 from headrace.formats._megatron_remote import remote_document_bounds, remote_starts
@@ -36,7 +42,9 @@ from headrace.io import LocalFile
 __all__ = [
     "check_token_head",
     "describe_token_file",
+    "index_path",
     "LLMC_HEAD",
+    "NoDtypeError",
     "open_token_file",
     "reads_head",
     "refuse_npy_tokens",
@@ -48,6 +56,13 @@ __all__ = [
 
 TOKEN_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.int32))
 TokenFormat = Literal["auto", "raw", "nanogpt", "llmc", "megatron"]
+
+
+class NoDtypeError(ConfigError):
+    """A raw token file with no dtype given or in a sidecar. Told apart from the other
+    argument errors so that a source of several files can say better where its siblings
+    show what it is (Megatron pairs: its ``.idx`` is missing; llm.c shards: its header is
+    damaged), where giving a dtype would read it as raw tokens beside them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +152,14 @@ class TokenFile:
         own = ObjectFiles(check_store_options(store_options, remote=True, where=self.path))
         try:
             return remote_document_bounds(own, self.index)
+        except StorageError as exc:
+            if store_options is None:  # the source's options (endpoint, keys) are not kept here
+                exc.add_note(
+                    f"{self.path}: documents() reads the index with the store_options given "
+                    "to it, not the source's: pass the TokenSource's, "
+                    "documents(store_options=...)"
+                )
+            raise
         finally:
             own.close()
 
@@ -324,7 +347,7 @@ def describe_token_file(
     except ObjectNotFoundError as exc:
         _refuse_megatron_prefix(p, files, exc)
         raise
-    idx = _index_path(p)
+    idx = index_path(p)
     side = _sidecar_path(p)
     index = files.index(idx, size) if format in ("auto", "megatron") else None
     side_raw: bytes | None = None
@@ -355,7 +378,7 @@ def describe_token_file(
         if dtype is None and side_dt is None:
             if head is not None:  # an NPY or text file: no dtype would help, so say that first
                 check_token_head(p, format, size, head, files)
-            raise ConfigError(
+            raise NoDtypeError(
                 f"{p}: raw token file needs a dtype: pass the one it was written with, "
                 f"dtype='uint16', 'uint32' or 'int32', or write {side} with "
                 f'{{"dtype": ...}}'
@@ -392,7 +415,7 @@ def describe_token_file(
     )
 
 
-def _index_path(p: str) -> str:
+def index_path(p: str) -> str:
     """Where a Megatron token file's index is: ``PATH`` minus ``.bin`` plus ``.idx``."""
     return p[:-4] + ".idx" if p.endswith(".bin") else p + ".idx"
 
@@ -420,7 +443,7 @@ def reads_head(
     an llm.c header found at their first read is refused, naming the fix."""
     if format == "llmc":
         return True
-    if format != "auto" or listed(_index_path(p)) or listed(_sidecar_path(p)):
+    if format != "auto" or listed(index_path(p)) or listed(_sidecar_path(p)):
         return False
     if dtype is None:
         return not _nanogpt_name(p)
