@@ -1,20 +1,17 @@
-"""One of 2 JAX processes feeding ``make_global_batch`` from ``numpy_loader``s that
-disagree, then agree.
+"""``make_global_batch`` fed by ``numpy_loader``s that disagree, then agree: run by
+``jax_disagree.py`` in its pair of JAX processes, after its JaxLoaders.
 
-    python jax_numpy_disagree.py ROOT OUT PORT NUM_PROCESSES PROCESS_ID
-
-Seven loaders in turn: process 1 with ``seed + process_index`` (the default rank and
-world size); a state loaded on process 0 alone (rows from a sharding of both
+Seven loaders in turn (``cases``): process 1 with ``seed + process_index`` (the default
+rank and world size); a state loaded on process 0 alone (rows from a sharding of both
 processes' devices); both alike; a ``JaxLoader`` alike after them (the iteration starts
 of both kinds are numbered together); then, with a rank and world size of the caller's
 own (world size 2, the process count): ``seed + process_index``; ``rank=0`` on both
 processes; each its own rank, alike; world size 1 on both (whole batches, not compared:
 ``make_global_batch`` keeps each process's rows); world size 4 (refused where it is
-made). Last, a
-loader process 0 alone makes and iterates: with ``HEADRACE_JAX_WAIT_S`` of ``soon``,
-then of 2 s. Each process writes to ``OUT.<pid>`` (JSON) what making and iterating each
-gave: the ``ConfigError``'s message, the digest of the first global batch gathered
-back, or (the last, on process 0) ``{"bad wait": ..., "warnings": [...], "error": ...}``.
+made). Then (``alone``) a loader process 0 alone makes and iterates: with
+``HEADRACE_JAX_WAIT_S`` of ``soon``, then of 2 s. What making and iterating each gave:
+the ``ConfigError``'s message, the digest of the first global batch gathered back, or
+(``alone``) ``{"bad wait": ..., "warnings": [...], "error": ...}``.
 """
 
 from __future__ import annotations
@@ -24,17 +21,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _jax_process import cpu_devices, data_sharding, gathered, run
+from _adapter_data import BATCH, token_source
+from _jax_process import data_sharding, gathered
 
-cpu_devices()
-
-from _adapter_data import BATCH, token_source  # noqa: E402
-
-from headrace.errors import ConfigError  # noqa: E402
-from headrace.jax import JaxLoader, make_global_batch, numpy_loader  # noqa: E402
+from headrace.errors import ConfigError
+from headrace.jax import JaxLoader, make_global_batch, numpy_loader
 
 
-def main(root: Path, n: int, pid: int) -> list[Any]:
+def cases(root: Path, n: int, pid: int) -> list[Any]:
     sharding = data_sharding()
     got: list[Any] = []
     cases = ("seed", "state", "alike", "jax", "own rank seed", "both rank 0", "own rank", "whole")
@@ -68,8 +62,6 @@ def main(root: Path, n: int, pid: int) -> list[Any]:
         numpy_loader(token_source(root), batch_size=BATCH, seed=5, rank=pid, world_size=4)
     except ConfigError as exc:
         got.append(str(exc))
-    if pid == 0:
-        got.append(alone(root))
     return got
 
 
@@ -87,7 +79,3 @@ def alone(root: Path) -> dict[str, Any]:
                     said["bad wait" if wait == "soon" else "error"] = str(exc)
             said.setdefault("warnings", []).extend(str(w.message) for w in caught)
     return said
-
-
-if __name__ == "__main__":
-    run(main)

@@ -258,9 +258,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_two_processes(script: str, root: Path, out: Path) -> None:
+def run_two_processes(script: str, root: Path, out: Path, timeout: float = 90) -> None:
     """Run ``script`` (beside this file) as jax.distributed processes 0 and 1 of 2,
-    each given the data folder, the output file and the coordinator's port."""
+    each given the data folder, the output file and the coordinator's port (``timeout``:
+    a bound on hanging)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
     procs = [
@@ -274,7 +275,7 @@ def run_two_processes(script: str, root: Path, out: Path) -> None:
         for pid in range(2)
     ]
     try:
-        logs = [p.communicate(timeout=90)[0] for p in procs]
+        logs = [p.communicate(timeout=timeout)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
@@ -328,20 +329,30 @@ _DISAGREE_REST = (
 )
 
 
+@pytest.fixture(scope="module")
+def disagreeing(root: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """jax_disagree.py's output, by process: its JaxLoaders' (``"jax"``) and then
+    jax_numpy_disagree.py's numpy_loaders' (``"numpy"``), in one pair of processes (a
+    pair's start, importing jax and joining jax.distributed, cost ~6 s CPU; 2c,
+    2026-12-04). Iteration starts are numbered through the run: the JaxLoaders' 0-2,
+    the numpy_loaders' 3-9, then process 0's alone, 10 and 11."""
+    out = tmp_path_factory.mktemp("disagree") / "got"
+    run_two_processes("jax_disagree.py", root, out, timeout=180)  # two runs' bound
+    return [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+
+
 @pytest.mark.integration
 def test_processes_whose_loaders_disagree_are_refused_by_every_process(
-    root: Path, reference: list[str], tmp_path: Path
+    reference: list[str], disagreeing: list[dict[str, Any]]
 ) -> None:
     # Each process reads only its rows, so loaders of another seed (seed + process_index)
     # or at another step (a state loaded on process 0 alone) gave a global batch of rows
     # of different global batches, without a word.
-    out = tmp_path / "got"
-    run_two_processes("jax_disagree.py", root, out)
-    got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+    got = [each["jax"] for each in disagreeing]
     # A loader process 1 never iterates: process 0 waits (here 2 s), saying so after
     # 0.5 s and 1.5 s (the wait's quarter, then at doubling intervals), then refuses.
     alone = got[0][3]
-    assert_waited_for_process_1(alone["warnings"], alone["error"], "JaxLoader", 3)
+    assert_waited_for_process_1(alone["warnings"], alone["error"], "JaxLoader", 10)
     # warn_user points at the user's line: here the script's next(iter(ld))
     assert alone["where"] == [f"UserWarning {HERE / 'jax_disagree.py'}"]
     assert got[1][3] == "not iterated"
@@ -391,14 +402,12 @@ def assert_waited_for_process_1(said: list[str], error: str, kind: str, number: 
 
 @pytest.mark.integration
 def test_numpy_loaders_that_disagree_are_refused_by_every_process(
-    root: Path, reference: list[str], tmp_path: Path
+    reference: list[str], disagreeing: list[dict[str, Any]]
 ) -> None:
     # The other documented path (numpy_loader + make_global_batch) had no check: a
     # seed + process_index, or a state loaded on process 0 alone, gave a global batch
     # of rows of different global batches, without a word.
-    out = tmp_path / "got"
-    run_two_processes("jax_numpy_disagree.py", root, out)
-    got = [json.loads(Path(f"{out}.{pid}").read_text()) for pid in range(2)]
+    got = [each["numpy"] for each in disagreeing]
     for pid in range(2):
         seed, state, alike, jax_alike, own_seed, both_rank_0, own_rank, whole, four = got[pid][:9]
         assert seed == (
@@ -450,7 +459,7 @@ def test_numpy_loaders_that_disagree_are_refused_by_every_process(
         "process waits for the others to start iterating their JaxLoaders and "
         "numpy_loaders; set it to e.g. 60, or unset it for the default (600 s)."
     )
-    assert_waited_for_process_1(alone["warnings"], alone["error"], "numpy_loader", 7)
+    assert_waited_for_process_1(alone["warnings"], alone["error"], "numpy_loader", 11)
 
 
 def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> None:
