@@ -21,6 +21,7 @@ from headrace.errors import ConfigError
 
 __all__ = [
     "DocumentStarts",
+    "bos_positions",
     "cu_seqlens",
     "document_positions",
     "eos_positions",
@@ -73,6 +74,20 @@ def eos_positions(x: NDArray[np.integer], eos_id: int) -> NDArray[np.int32]:
     rows, cols = np.divmod(hits, length)
     inside = cols < length - 1  # an EOS in the last column starts nothing in this row
     return positions_from_starts((n, length), rows[inside], cols[inside] + 1)
+
+
+def bos_positions(x: NDArray[np.integer], bos_id: int) -> NDArray[np.int32]:
+    """Documents begin with ``bos_id``: each one starts a document, itself at position 0.
+
+    llm.c's and modded-nanogpt's ``fineweb.py`` write GPT-2's end-of-text (50256)
+    *before* each document, and modded-nanogpt's document mask starts one at it;
+    read as :func:`eos_positions`, each delimiter would end the document before.
+    """
+    n, length = x.shape
+    hits = np.flatnonzero(x == bos_id)
+    rows, cols = np.divmod(hits, length)
+    inside = cols > 0  # one in column 0 starts the document the row starts anyway
+    return positions_from_starts((n, length), rows[inside], cols[inside])
 
 
 def document_positions(

@@ -221,34 +221,17 @@ def check_positions(
     dtype: np.dtype[Any],
     files: list[TokenFile],
     vocab: int | None = None,
+    bos_id: int | None = None,
 ) -> None:
     """``positions="eos"`` needs an ``eos_id`` of ``dtype`` (and of the vocabulary, given
-    ``vocab``); ``"documents"``, every file's document bounds."""
+    ``vocab``), ``"bos"`` a ``bos_id`` likewise; ``"documents"``, every file's document
+    bounds."""
     if positions == "eos":
         assert eos_id is not None
-        info = np.iinfo(dtype)
-        if isinstance(eos_id, bool) or not (
-            isinstance(eos_id, int | np.integer) and info.min <= eos_id <= info.max
-        ):
-            raise ConfigError(
-                f"eos_id {eos_id!r} is not a {dtype} token (range [{info.min}, {info.max}])."
-            )
-        if eos_id < 0:
-            # An int32 dtype holds it, and without vocab_size nothing else refused it.
-            raise ConfigError(
-                f"eos_id={int(eos_id)} is negative: no tokenizer's end-of-text id is (-1 "
-                "and -100 are a config's 'none' and the loss's ignore index), so no document "
-                "would ever end and each row's positions would run on as one document. Give "
-                "the tokenizer's eos_token_id."
-            )
-        if vocab is not None and not 0 <= eos_id < vocab:
-            # Every id delivered is checked to lie inside: this one would never match.
-            raise ConfigError(
-                f"eos_id={int(eos_id)} is outside the vocabulary [0, {vocab}) "
-                f"(vocab_size={vocab}): no token delivered can be it, so no document would "
-                "ever end and each row's positions would run on as one document. Give the "
-                "tokenizer's end-of-text id (or the vocab_size the tokens were made with)."
-            )
+        _check_marker("eos_id", eos_id, "end", dtype, vocab)
+    if positions == "bos":
+        assert bos_id is not None
+        _check_marker("bos_id", bos_id, "start", dtype, vocab)
     if positions == "documents":
         plain = [f.path for f in files if not f.has_documents]
         if plain:
@@ -257,6 +240,38 @@ def check_positions(
                 f"token lists) for every file; {', '.join(plain)} has none (for "
                 "EOS-separated documents use positions='eos', eos_id=...)."
             )
+
+
+def _check_marker(
+    name: str, token: int, event: str, dtype: np.dtype[Any], vocab: int | None
+) -> None:
+    """``token`` (``eos_id`` or ``bos_id``) must be able to match a token delivered: one
+    that never does would never ``event`` a document, and each row's positions would run
+    on as one document, silently."""
+    info = np.iinfo(dtype)
+    if isinstance(token, bool) or not (
+        isinstance(token, int | np.integer) and info.min <= token <= info.max
+    ):
+        raise ConfigError(
+            f"{name} {token!r} is not a {dtype} token (range [{info.min}, {info.max}])."
+        )
+    if token < 0:
+        # An int32 dtype holds it, and without vocab_size nothing else refused it.
+        raise ConfigError(
+            f"{name}={int(token)} is negative: no tokenizer's end-of-text id is (-1 "
+            f"and -100 are a config's 'none' and the loss's ignore index), so no document "
+            f"would ever {event} and each row's positions would run on as one document. "
+            "Give the tokenizer's end-of-text id (eos_token_id, or bos_token_id where "
+            "documents begin with it)."
+        )
+    if vocab is not None and not 0 <= token < vocab:
+        # Every id delivered is checked to lie inside: this one would never match.
+        raise ConfigError(
+            f"{name}={int(token)} is outside the vocabulary [0, {vocab}) "
+            f"(vocab_size={vocab}): no token delivered can be it, so no document would "
+            f"ever {event} and each row's positions would run on as one document. Give the "
+            "tokenizer's end-of-text id (or the vocab_size the tokens were made with)."
+        )
 
 
 def _inode(path: str) -> tuple[int, int]:

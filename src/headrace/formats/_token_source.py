@@ -34,7 +34,7 @@ from headrace.formats._object_files import (
     check_store_options,
 )
 from headrace.formats._packed import RemoteSegments, SegmentedFile
-from headrace.formats._positions import document_positions, eos_positions
+from headrace.formats._positions import bos_positions, document_positions, eos_positions
 from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_paths import expand_token_paths
 from headrace.formats._token_window import TokenStats, TokenWindow
@@ -108,8 +108,12 @@ class TokenSource(WindowCache):
     position of each ``x`` token in its document, from 0 at column 0 and at
     every document start in the row (see :mod:`headrace.formats._positions`).
     ``"eos"``: a document ends with the token ``eos_id`` (nanoGPT's
-    end-of-text); ``"documents"``: the Megatron index's document bounds
-    (every file must have an ``.idx``; 8 bytes per document, kept per file).
+    end-of-text); ``"bos"``: a document begins with the token ``bos_id``, at
+    position 0 (llm.c's and modded-nanogpt's fineweb shards, which put GPT-2's
+    end-of-text 50256 *before* each document: read as ``"eos"``, each delimiter
+    would count as the previous document's last token); ``"documents"``: the
+    Megatron index's document bounds (every file must have an ``.idx``; 8 bytes
+    per document, kept per file).
 
     ``vocab_size``: every token of a batch (``x`` and ``y``) must be an id in
     ``[0, vocab_size)``; a batch holding one outside is refused (``FormatError``
@@ -154,6 +158,7 @@ class TokenSource(WindowCache):
     tail: bool = False
     pad_id: int = 0
     stride: int | None = None
+    bos_id: int | None = None
 
     def __init__(
         self,
@@ -170,8 +175,9 @@ class TokenSource(WindowCache):
         read_ahead: bool = True,
         store_options: Mapping[str, Any] | None = None,
         in_flight: int = DEFAULT_IN_FLIGHT,
-        positions: Literal["eos", "documents"] | None = None,
+        positions: Literal["eos", "bos", "documents"] | None = None,
         eos_id: int | None = None,
+        bos_id: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         vocab_size: int | None = None,
@@ -183,12 +189,20 @@ class TokenSource(WindowCache):
         if vocab_size is not None:
             # Set only when given: the class's None serves the rest (see vocab_size above).
             self.vocab_size = vocab_size
-        if positions not in (None, "eos", "documents"):
-            raise ConfigError(f"positions must be None, 'eos' or 'documents' (got {positions!r}).")
+        if positions not in (None, "eos", "bos", "documents"):
+            raise ConfigError(
+                f"positions must be None, 'eos', 'bos' or 'documents' (got {positions!r})."
+            )
         if (positions == "eos") != (eos_id is not None):
             raise ConfigError(
                 "positions='eos' needs eos_id= (the end-of-document token), and eos_id "
                 f"is only for it (got positions={positions!r}, eos_id={eos_id!r})."
+            )
+        if (positions == "bos") != (bos_id is not None):
+            raise ConfigError(
+                "positions='bos' needs bos_id= (the token that begins each document, as "
+                "50256 does in llm.c's fineweb shards), and bos_id is only for it (got "
+                f"positions={positions!r}, bos_id={bos_id!r})."
             )
         if isinstance(files, bytes):  # a path as bytes, not a list of byte values
             files = os.fsdecode(files)
@@ -254,7 +268,9 @@ class TokenSource(WindowCache):
             raise
         self.positions = positions
         self.eos_id = eos_id
-        check_positions(positions, eos_id, self.dtype, self.files, vocab=vocab_size)
+        check_positions(positions, eos_id, self.dtype, self.files, vocab=vocab_size, bos_id=bos_id)
+        if bos_id is not None:  # set only when given, as vocab_size: others keep 29 keys
+            self.bos_id = bos_id
         self._bounds: dict[int, NDArray[np.int64] | MappedStarts] = {}  # file -> document starts
         self.context = context
         self.block_bytes = block_bytes
@@ -340,6 +356,8 @@ class TokenSource(WindowCache):
             out["positions"] = self.positions
             if self.eos_id is not None:
                 out["eos_id"] = int(self.eos_id)
+            if self.bos_id is not None:
+                out["bos_id"] = int(self.bos_id)
         if self.tail:  # only when set, as positions: the padded tail changes the samples
             out["tail"] = True
             out["pad_id"] = self.pad_id
@@ -367,6 +385,9 @@ class TokenSource(WindowCache):
         if self.positions == "eos":
             assert self.eos_id is not None
             batch["position_ids"] = eos_positions(batch["x"], self.eos_id)
+        elif self.positions == "bos":
+            assert self.bos_id is not None
+            batch["position_ids"] = bos_positions(batch["x"], self.bos_id)
         elif self.positions == "documents":
             batch["position_ids"] = self._document_positions(seed, samples)
         if self.tail:
