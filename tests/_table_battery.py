@@ -373,8 +373,16 @@ def expected(
             dtype = typ.value_type.to_pandas_dtype()
             arrays = [np.asarray(x, dtype=dtype) for x in items]
         else:
+            # A text cut to the width keeps whole characters (TableSource, since
+            # 2026-12-07: a cut inside a character's UTF-8 bytes left them undecodable).
             arrays = [
-                np.frombuffer(x.encode() if isinstance(x, str) else x, np.uint8) for x in items
+                np.frombuffer(
+                    x.encode()[:width].decode("utf-8", "ignore").encode()
+                    if isinstance(x, str)
+                    else x,
+                    np.uint8,
+                )
+                for x in items
             ]
             dtype = np.uint8
         values = np.full((len(rows), width), pad, dtype)

@@ -544,6 +544,13 @@ def classify_column(
             "as rows of items padded to a width with "
             f"shapes={{{name!r}: (None, {', '.join(dims[1:])})}}; "
         )
+        if items and len(levels) == 2 and not t.is_fixed_size_list(levels[1]):
+            # Lists of any length in rows of any number of them (tokenized negatives).
+            items += (
+                "where rows hold lists of any length (tokenized negatives), padded at both "
+                f"levels with shapes={{{name!r}: (None, None)}} and widths={{{name!r}: "
+                "(lists, items)}; "
+            )
         raise FormatError(
             f"{path}: column {name!r} holds lists of lists ({typ}), whose shape the schema "
             f"does not give: where every row has one, read it as (B, {', '.join(dims)}) "

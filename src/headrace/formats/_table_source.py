@@ -580,6 +580,9 @@ class TableSource(Closing):
                 when = v.values.dtype if v.values.dtype.kind in "mM" else None
                 if when is not None:  # times: padded as their counts of the unit
                     v = Ragged(values=v.values.view(np.int64), offsets=v.offsets)
+                text = _is_text(self.table.columns[c].arrow_type)
+                if text and self.truncate:
+                    v = _whole_characters(v, self.widths[c])
                 try:
                     values, mask = v.pad(
                         self.widths[c],
@@ -592,11 +595,18 @@ class TableSource(Closing):
                     over = np.flatnonzero(lengths > self.widths[c])
                     if over.size and not self.truncate:  # name the table's row, not the batch's
                         i = int(over[0])
+                        # A text's width counts its UTF-8 bytes, not its len().
+                        has = (
+                            f"has {int(lengths[i])} bytes of UTF-8 text ("
+                            f"{len(bytes(v.row(i)).decode('utf-8', 'replace'))} characters)"
+                            if text
+                            else f"has {int(lengths[i])} items"
+                        )
                         raise ConfigError(
                             f"{self._where()}: column {c!r}: row {int(rows[i])} (sample "
-                            f"{int(samples[i])}) has {int(lengths[i])} items, more than "
-                            f"width={self.widths[c]}; pass truncate=True to keep its first "
-                            "width items"
+                            f"{int(samples[i])}) {has}, more than width={self.widths[c]}; "
+                            "pass truncate=True to keep its first width items"
+                            + (" (whole characters)" if text else "")
                         ) from exc
                     raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
                 out[c], out[f"{c}_mask"] = values if when is None else values.view(when), mask
@@ -667,3 +677,32 @@ def _counts(dtype: np.dtype[Any]) -> np.dtype[Any]:
     timestamps, dates and durations (datetime64 / timedelta64) the int64 counts of their
     unit (0: the epoch; -2**63: NaT), which their padding is written as."""
     return np.dtype(np.int64) if dtype.kind in "mM" else dtype
+
+
+def _is_text(arrow_type: str) -> bool:
+    """Whether a column of this Arrow type holds UTF-8 text (read as its bytes)."""
+    return arrow_type in ("string", "large_string", "string_view")
+
+
+def _whole_characters(v: Ragged, width: int) -> Ragged:
+    """Rows of UTF-8 text longer than ``width`` bytes cut to the whole characters that
+    fit (at most ``width`` bytes), as ``text.encode()[:width]`` cut back to a character
+    boundary: cut at ``width`` itself, a character of 2-4 bytes lost its last bytes and
+    the row no longer decoded. Rows that fit are as they were (no copy if none is over)."""
+    lengths = v.lengths
+    over = np.flatnonzero(lengths > width)
+    if not over.size:
+        return v
+    starts = v.offsets[:-1]
+    cut = np.full(over.size, width, dtype=np.int64)
+    for _ in range(3):  # a character's continuation bytes (0b10xxxxxx): at most 3
+        inside = (v.values[starts[over] + cut] & 0xC0) == 0x80
+        if not inside.any():
+            break
+        cut -= inside & (cut > 0)
+    kept = lengths.copy()
+    kept[over] = cut
+    offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(kept, out=offsets[1:])
+    at = np.repeat(starts - offsets[:-1], kept) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return Ragged(values=v.values[at], offsets=offsets)

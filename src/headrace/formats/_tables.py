@@ -195,6 +195,31 @@ class Table(Closing):
             self.close()
             raise
 
+    def _check_class_names(self, first: Any) -> None:
+        """Every file names a ``ClassLabel`` column's classes as ``first`` does: files of
+        two datasets (a list of ``data_files``) whose names differ in order give one
+        label number two meanings, which ``datasets`` reads under the first file's names
+        without a word. A file that names none is not compared."""
+        if not self.class_names:
+            return  # no metadata parsed again for a table with no such column read
+        said = (first.schema.metadata or {}).get(b"huggingface")
+        for p in self._parts:
+            raw = (p.schema.metadata or {}).get(b"huggingface")
+            if p is first or raw is None or raw == said:
+                continue  # the same metadata (every shard of one dataset): not parsed
+            theirs = class_label_names(p.schema)
+            for c, names in self.class_names.items():
+                if c in theirs and theirs[c] != names:
+                    raise FormatError(
+                        f"{self._where}: column {c!r} is a ClassLabel whose classes "
+                        f"{os.path.basename(p.path)} names {list(theirs[c])} and "
+                        f"{os.path.basename(first.path)} {list(names)}: one label number "
+                        "would mean two classes; align them before reading (datasets' "
+                        f"ds.align_labels_with_mapping({{name: id, ...}}, {c!r}) then save "
+                        "it again), or read them as two sources of a Mixture, one through "
+                        "Mapped(source, fn) giving its labels the other's numbers."
+                    )
+
     def _init(self, columns: Sequence[str] | None, row_group_cache: int) -> None:
         pa = self._pa
         names = columns_read(pa, self._parts, columns, self._where)
@@ -212,6 +237,7 @@ class Table(Closing):
         #: them), with their class names in label order
         classes = class_label_names(first.schema)
         self.class_names = {c: classes[c] for c in self._columns if c in classes}
+        self._check_class_names(first)
         # Three int64 arrays, not a list of (file, group, rows) tuples: 24 bytes a row
         # group, not 148 (a million row groups held 148 MB in each process and worker).
         per_part = np.array([len(p.rows) for p in self._parts], dtype=np.int64)

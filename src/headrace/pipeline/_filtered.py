@@ -87,6 +87,13 @@ class Filtered(Wrapped):
         return f"Filtered({self.source!r}, {transform_name(self.keep)})"
 
     @property
+    def classes(self) -> Any:
+        """The inner source's class names (a table's ``ClassLabel`` columns, a file
+        source's ``labels=`` classes; ``None``: none): a filter keeps a label's meaning,
+        so a :class:`Mixture` compares them through it."""
+        return getattr(self.source, "classes", None)
+
+    @property
     def replaces(self) -> str:
         """Why an exact pass (``Loader(epochs=)``) refuses this source."""
         return (

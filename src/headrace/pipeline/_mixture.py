@@ -122,6 +122,7 @@ class Mixture(Closing):
             raise ConfigError(f"Mixture: {exc}") from exc
         self.batch_size = self.plan.batch_size
         self._check_ignore_index()
+        self._check_classes()
         self._layout: dict[str, tuple[np.dtype[Any], tuple[int, ...], str]] = {}
         # Keys whose samples may differ in shape (images of several sizes): what a
         # source declares (``ragged_keys``) and what any read gave as object arrays.
@@ -151,6 +152,30 @@ class Mixture(Closing):
                 "PyTorch's cross_entropy and Hugging Face models); a Mapped source whose fn "
                 "marks them otherwise says so with Mapped(source, fn, ignore_index=...)."
             )
+
+    def _check_classes(self) -> None:
+        """Sources that name a column's classes (a table's ``ClassLabel``, a file
+        source's ``labels=`` classes) name the same classes in the same order: label 0
+        of one would otherwise share a batch with label 0 of another that means another
+        class, and a shared head learn both as one."""
+        seen: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for n, src in zip(self.names, self.sources, strict=True):
+            found = getattr(src, "classes", None)
+            if isinstance(found, tuple | list) and all(isinstance(c, str) for c in found):
+                found = {"label": found}  # a FileSource's labels: its "label" key's
+            for column, names in found.items() if isinstance(found, Mapping) else ():
+                first = seen.setdefault(column, (n, tuple(names)))
+                if first[1] != tuple(names):
+                    raise ConfigError(
+                        f"Mixture: sources {first[0]!r} and {n!r} name the classes of "
+                        f"column {column!r} differently ({first[0]!r}: "
+                        f"{list(first[1])}; {n!r}: {list(names)}), so one label number "
+                        "means two classes in one batch: align them before reading, with "
+                        "datasets' ds.align_labels_with_mapping({name: id, ...}, "
+                        f"{column!r}) then save_to_disk (file sources: give each "
+                        "classes= the same list), or map one source's labels with "
+                        "Mapped(source, fn)."
+                    )
 
     def _weights_in_order(
         self,
@@ -416,7 +441,10 @@ class Mixture(Closing):
             except Exception as exc:
                 exc.add_note(f"while reading {self._who(s)} (an empty read, for its layout)")
                 raise
-            if set(part) - {"index"}:
+            # A file source's empty read gives its index (and with labels=, its label)
+            # but not its data: taken for its layout, it refused the source's first real
+            # read (a mixture of two labelled FileSources never read a batch).
+            if set(part) - {"index", "label"}:
                 self._check_layout(s, part)
 
     def _check_layout(self, s: int, part: Batch) -> None:
