@@ -48,6 +48,9 @@ _BAND_BY_BAND = {2: "La", 4: "RGBa"}
 # What Pillow resizes: 8 bits (L, RGB...), 16-bit grey (I;16), 32-bit float grey (F);
 # float16 through float32 (Pillow has no half floats), every half exact in a float32.
 _RESIZES = (np.uint8, np.uint16, np.float32, np.float16)
+#: How RandomResizedCrop and CenterCrop resize: Pillow's (and torchvision's) bilinear, or
+#: nearest neighbour, for masks of class ids.
+Interpolation = typing.Literal["bilinear", "nearest"]
 _resize = _SharedPool("headrace-resize", "HEADRACE_RESIZE_THREADS", min(8, _usable_cpus()))
 
 
@@ -146,6 +149,10 @@ class RandomResizedCrop:
     resized band by band, not through the premultiplied alpha of Pillow's own ``LA``
     and ``RGBA`` resize (the same pixels where alpha is 255). Channels-first
     ``(C, H, W)`` images of 1 to 4 channels are refused, not cropped as ``(H, W, C)``.
+    ``interpolation="nearest"`` resizes by nearest neighbour (torchvision's
+    ``InterpolationMode.NEAREST``): for a segmentation mask, whose class ids bilinear
+    would blend (3 beside 7 made 5). Two crops of same-sized images (an image and its
+    mask, by ``key``) draw the same region and flip: each call's generators are fresh.
     """
 
     size: tuple[int, int]
@@ -153,9 +160,11 @@ class RandomResizedCrop:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     key: str = "image"
     flip: bool = True
+    interpolation: Interpolation = "bilinear"
 
     def __post_init__(self) -> None:
         _check_size(self)
+        _check_interpolation(self)
         lo, hi = self.scale
         if not 0 < lo <= hi <= 1:
             raise errors.ConfigError(f"scale must satisfy 0 < min <= max <= 1 (got {self.scale}).")
@@ -211,7 +220,8 @@ class RandomResizedCrop:
             assert out is not None
             i, (top, left, h, w), mirror = job
             crop = images[i][top : top + h, left : left + w]
-            out[i] = _resized(image_mod, crop, width, height, mirror).reshape(out.shape[1:])
+            resized = _resized(image_mod, crop, width, height, mirror, self.interpolation)
+            out[i] = resized.reshape(out.shape[1:])
 
         _on_threads(resize, jobs)
         return _replaced(arrays, self.key, out, self.size)
@@ -232,15 +242,18 @@ class CenterCrop:
     ``Compose([Resize(resize), CenterCrop(size)])`` on the PIL images, in one
     ``(B, height, width[, C])`` array; ``<key>_shape`` is dropped. No randomness: a
     sample's crop is the same in every epoch. Channels-first ``(C, H, W)`` images of 1
-    to 4 channels are refused, as by :class:`RandomCrop`.
+    to 4 channels are refused, as by :class:`RandomCrop`. ``interpolation="nearest"``:
+    as :class:`RandomResizedCrop`'s (a segmentation mask's).
     """
 
     size: tuple[int, int]
     resize: int | tuple[int, int] | None = None
     key: str = "image"
+    interpolation: Interpolation = "bilinear"
 
     def __post_init__(self) -> None:
         _check_size(self)
+        _check_interpolation(self)
         r: Any = self.resize
         fine = (
             r is None
@@ -290,7 +303,8 @@ class CenterCrop:
             img = images[i]
             h, w = self.resized_size(*img.shape[:2])
             if image_mod is not None and (h, w) != img.shape[:2]:
-                img = _resized(image_mod, img, w, h, False).reshape(h, w, *img.shape[2:])
+                resized = _resized(image_mod, img, w, h, False, self.interpolation)
+                img = resized.reshape(h, w, *img.shape[2:])
             # torchvision pads a side smaller than the crop (left/top by half, rounded
             # down), then cuts at round((padded - crop) / 2), Python's rounding (half to
             # even): the image's first row and column land at these places in out.
@@ -385,7 +399,12 @@ def _on_threads(fn: Any, jobs: Any) -> None:
 
 
 def _resized(
-    image_mod: Any, a: NDArray[Any], width: int, height: int, mirror: bool
+    image_mod: Any,
+    a: NDArray[Any],
+    width: int,
+    height: int,
+    mirror: bool,
+    interpolation: Interpolation = "bilinear",
 ) -> NDArray[Any]:
     """``a`` resized bilinearly by Pillow to ``width x height`` and ``mirror``-ed
     left-right by Pillow (a mirrored copy through NumPy moves a pixel at a time: 153 us
@@ -397,9 +416,13 @@ def _resized(
     No band changes another: 2 and 4 channels are resized as "La" and "RGBa" (see
     :data:`_BAND_BY_BAND`), not through Pillow's premultiplied alpha."""
     if a.dtype == np.float16:  # "Cannot handle this data type: (1, 1), <f2" to Pillow
-        return _resized(image_mod, a.astype(np.float32), width, height, mirror).astype(a.dtype)
+        wide = a.astype(np.float32)
+        return _resized(image_mod, wide, width, height, mirror, interpolation).astype(a.dtype)
     if a.ndim == 3 and a.shape[2] > 1 and (a.dtype != np.uint8 or a.shape[2] > 4):
-        planes = [_resized(image_mod, a[..., c], width, height, mirror) for c in range(a.shape[2])]
+        planes = [
+            _resized(image_mod, a[..., c], width, height, mirror, interpolation)
+            for c in range(a.shape[2])
+        ]
         return np.stack(planes, axis=-1)
     one = np.ascontiguousarray(a[..., 0] if a.ndim == 3 and a.shape[2] == 1 else a)
     if one.ndim == 3 and one.shape[2] in _BAND_BY_BAND:
@@ -408,10 +431,20 @@ def _resized(
         pil = image_mod.frombuffer(mode, size, one, "raw", mode, 0, 1)
     else:
         pil = image_mod.fromarray(one)
-    pil = pil.resize((width, height), image_mod.Resampling.BILINEAR)
+    nearest = interpolation == "nearest"
+    resampling = image_mod.Resampling
+    pil = pil.resize((width, height), resampling.NEAREST if nearest else resampling.BILINEAR)
     if mirror:
         pil = pil.transpose(image_mod.Transpose.FLIP_LEFT_RIGHT)
     return np.asarray(pil)
+
+
+def _check_interpolation(t: RandomResizedCrop | CenterCrop) -> None:
+    if t.interpolation not in typing.get_args(Interpolation):
+        raise errors.ConfigError(
+            f"{type(t).__name__} interpolation must be 'bilinear' (images) or 'nearest' "
+            f"(segmentation masks, whose class ids must not blend) (got {t.interpolation!r})."
+        )
 
 
 def _check_size(t: RandomCrop | RandomResizedCrop | CenterCrop) -> None:

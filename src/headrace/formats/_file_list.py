@@ -660,7 +660,12 @@ def list_files(
         files = list(files)
     refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
-        from headrace.formats._file_list_objects import object_glob, remote_list, why_empty
+        from headrace.formats._file_list_objects import (
+            object_glob,
+            remote_list,
+            why_empty,
+            without_markers,
+        )
         from headrace.io import ObjectStore
 
         options = check_store_options(store_options, remote=True)
@@ -681,7 +686,7 @@ def list_files(
                 listed = listing
             else:
                 every = [(k, i.size, i.etag) for k, i in store.list_info()]
-                infos = [x for x in every if keep(x[0], extensions)]
+                infos = without_markers(store, [x for x in every if keep(x[0], extensions)])
                 rows, hidden, example = drop_hidden(infos, lambda x: x[0])
                 listed = columns(rows)
         except BaseException:

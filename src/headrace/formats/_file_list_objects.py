@@ -25,7 +25,14 @@ from headrace.formats._url_glob import (
 from headrace.io import ObjectCache
 from headrace.io._open_files import gone_error
 
-__all__ = ["is_url_pattern", "object_glob", "remote_list", "url_list", "why_empty"]
+__all__ = [
+    "is_url_pattern",
+    "object_glob",
+    "remote_list",
+    "url_list",
+    "why_empty",
+    "without_markers",
+]
 
 
 def object_glob(
@@ -72,7 +79,7 @@ def _glob_matches(
             store.close()
             return None
         wanted = escaped[len(base) + 1 :]
-        listed = [x for x in every if key_matches(x[0], wanted)]
+        listed = without_markers(store, [x for x in every if key_matches(x[0], wanted)])
         if not listed:
             raise ObjectNotFoundError(
                 f"{url}: no objects match this glob pattern ({len(every):,} listed under "
@@ -83,6 +90,20 @@ def _glob_matches(
     except BaseException:
         store.close()
         raise
+
+
+def without_markers(
+    store: Any, rows: list[tuple[str, int, str | None]]
+) -> list[tuple[str, int, str | None]]:
+    """``rows`` (key, size, ETag) less the folder markers among its empty objects
+    (:meth:`~headrace.io.ObjectStore.folder_markers`): an empty folder's marker ``x/``,
+    listed as ``x``, was read as a file, and a GET of ``x`` is a 404, so the run
+    died there, told the object had been deleted while it ran."""
+    empty = [key for key, size, _ in rows if not size]
+    if not empty:
+        return rows
+    markers = set(store.folder_markers(empty))
+    return [row for row in rows if row[0] not in markers]
 
 
 def why_empty(url: str, options: Mapping[str, Any], *, nothing: bool = False) -> str:

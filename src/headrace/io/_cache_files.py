@@ -86,8 +86,10 @@ def _dead(path: str, st: os.stat_result, now: float) -> bool:
     writer lives, however long it takes); where no lock can be tried (another user's
     file, a filesystem without locks), once it is an hour old."""
     age = now - st.st_mtime
-    # Written "in the future", the clock has been set back since: its lock says.
-    if 0 <= age < DEAD_TMP_S:
+    # Written "in the future" by less than DEAD_TMP_S: made after this sweep took the time,
+    # its writer perhaps yet to lock it (it was removed, its rename failed). Further
+    # ahead, the clock has been set back since: its lock says.
+    if -DEAD_TMP_S < age < DEAD_TMP_S:
         return False
     try:  # for writing: NFS makes flock a POSIX lock, whose exclusive kind needs it
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)

@@ -616,6 +616,33 @@ class ObjectStore(Closing):
 
         return self._tries.run(where, once, lambda _: 0)
 
+    def folder_markers(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys``, empty objects a listing named, that are folder markers.
+
+        A console's "Create folder" stores an empty object ``x/``, which obstore lists as
+        ``x``; beside ``x/a.jpg`` the listing drops it, but an empty folder's marker
+        cannot be told there from an empty object ``x``. A HEAD of ``x`` tells: a 404
+        (the marker is ``x/``). One HEAD a key, up to 64 in flight; listings hold few
+        empty objects. A key whose HEAD fails otherwise raises, naming it."""
+        if not keys:
+            return []
+        self._live()
+
+        async def gone(key: str, gate: asyncio.Semaphore) -> bool:
+            async with gate:
+                try:
+                    await self.astat(key)
+                except ObjectNotFoundError:
+                    return True
+                return False
+
+        async def every() -> list[bool]:
+            gate = asyncio.Semaphore(DEFAULT_MAX_IN_FLIGHT)
+            return list(await asyncio.gather(*(gone(k, gate) for k in keys)))
+
+        found = self._run(every(), "HEADs of empty objects")
+        return [k for k, marker in zip(keys, found, strict=True) if marker]
+
     def list(self, prefix: str = "") -> list[tuple[str, int]]:
         """``(key, size)`` of every object under ``prefix``, sorted by key."""
         return [(key, info.size) for key, info in self.list_info(prefix)]
