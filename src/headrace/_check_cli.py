@@ -424,7 +424,9 @@ def _check_ranges(args: argparse.Namespace, i: int, k: int) -> None:
 
 # A source's refusal names its Python argument; the command line has a flag for it.
 _FLAGS = (
-    ("dtype=", "give it with --dtype uint16, --dtype uint32 or --dtype int32"),
+    # Quoted: the refusals that --dtype answers say "pass dtype='uint16'" (or dtype='{dt}');
+    # others name a writer's or another argument's dtype= (a Megatron .idx's, x and y's).
+    ("dtype='", "give it with --dtype uint16, --dtype uint32 or --dtype int32"),
     ("datasets=", "name them with --datasets, e.g. --datasets x,y"),
     # The message names Python's tail=True, which the command has no flag for.
     ("shorter than one sample of context", "give a smaller --context (the default is 1024)"),

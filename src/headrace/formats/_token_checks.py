@@ -238,7 +238,8 @@ def check_positions(
             raise ConfigError(
                 f"positions='documents' needs a Megatron .idx (or an Arrow column of "
                 f"token lists) for every file; {', '.join(plain)} has none (for "
-                "EOS-separated documents use positions='eos', eos_id=...)."
+                "EOS-separated documents use positions='eos', eos_id=...; for documents that "
+                "begin with a BOS token, positions='bos', bos_id=...)."
             )
 
 

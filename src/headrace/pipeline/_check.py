@@ -33,6 +33,7 @@ from headrace.errors import ConfigError, HeadraceError
 from headrace.pipeline._loader import Loader
 from headrace.pipeline._loader_args import integer
 from headrace.pipeline._passes import check_exact, epoch_parts
+from headrace.plan import WindowLayout
 
 __all__ = ["CheckReport", "Problem", "check"]
 
@@ -40,7 +41,11 @@ __all__ = ["CheckReport", "Problem", "check"]
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One sample that could not be read: which source (its name in a mixture, else its
-    type), its sample number, the error's type and its message."""
+    type), its sample number, the error's type and its message.
+
+    A token source's ``sample`` is its number in file order (file 0's samples first, as
+    ``shuffle=False`` reads them; the message names the file and token offset): the
+    check's own order is a seed's shuffle, which names no place in the files."""
 
     source: str
     sample: int
@@ -56,7 +61,9 @@ class CheckReport:
     """What :func:`check` read and what failed.
 
     ``samples``: samples read (each source's epoch, or its shard's, summed; up to the
-    step of the last problem listed when stopped); ``problems``: one per failing
+    step of the last problem listed when stopped); ``shapes``: each key's shapes and
+    dtypes, counted over every sample read (a failed step's good samples too: its halves
+    were read again); ``problems``: one per failing
     sample, in sample order per source; ``complete``: ``False`` when the check stopped
     at ``most`` problems (samples after that step were not read), or was interrupted;
     ``interrupted``: it was (Ctrl-C, SIGTERM: see :func:`check`); ``seconds``: its
@@ -170,6 +177,7 @@ def _check_parts(
 
     for part, name, n in parts:
         steps = -(-n // batch_size)
+        first = len(report.problems)
         with Loader(
             part,
             batch_size=batch_size,
@@ -185,20 +193,26 @@ def _check_parts(
                     for batch in ld:
                         t = ld.step - 1
                         rows = step_done(t, n)
-                        _tally_shapes(part, name, batch, rows, t * batch_size, report.shapes)
+                        numbers = _file_order(part, seed, t * batch_size + np.arange(rows))
+                        _tally_shapes(part, name, batch, rows, numbers, report.shapes)
                 except HeadraceError as exc:
                     if isinstance(exc, ConfigError):
                         raise
                     # The failing step: this shard's next after those that arrived.
                     t = ld.step + (i - ld.step) % k
                     samples = np.arange(t * batch_size, min(n, (t + 1) * batch_size))
-                    _bisect(part, name, seed, samples, report.problems)
+                    good = _bisect(part, name, seed, samples, report.problems)
+                    for read, batch in good:  # the halves read whole: their shapes count
+                        numbers = _file_order(part, seed, read)
+                        _tally_shapes(part, name, batch, len(read), numbers, report.shapes)
                     step_done(t, n)
                     if len(report.problems) >= most:
                         del report.problems[most:]
                         report.complete = False
                         break
                     ld.load_state_dict({**ld.state_dict(), "step": t + 1})
+        # In sample order (a token source's file order is not the order it read them in).
+        report.problems[first:] = sorted(report.problems[first:], key=lambda p: p.sample)
         if not report.complete:
             break
 
@@ -211,11 +225,12 @@ def _tally_shapes(
     name: str,
     batch: Any,
     rows: int,
-    first: int,
+    numbers: NDArray[np.int64],
     shapes: dict[str, dict[str, list[Any]]],
 ) -> None:
     """Count the shape and dtype of each of the batch's first ``rows`` samples, per key
-    (``name: key`` where ``source`` is one of a mixture's)."""
+    (``name: key`` where ``source`` is one of a mixture's); ``numbers``: each row's
+    sample number, as a :class:`Problem` names it."""
     if not isinstance(batch, dict):
         return
     files = getattr(source, "files", None)
@@ -237,7 +252,7 @@ def _tally_shapes(
             if kind in seen:
                 seen[kind][0] += n
                 continue
-            where = f"sample {first + j}"
+            where = f"sample {int(numbers[j])}"
             if files is not None and "index" in batch:
                 f, _ = source.file_item(batch["index"][j : j + 1])
                 where += f", {files.keys[int(f[0])]}"
@@ -269,18 +284,37 @@ def _shard_samples(n: int, batch_size: int, i: int, k: int) -> int:
 
 def _bisect(
     source: Any, name: str, seed: int, samples: NDArray[np.int64], out: list[Problem]
-) -> None:
+) -> list[tuple[NDArray[np.int64], Any]]:
     """Append a :class:`Problem` for each of ``samples`` whose read fails: the halves of
-    a failing read are read again, down to single samples."""
+    a failing read are read again, down to single samples. Returns the reads that
+    succeeded, ``(samples, batch)`` each, for their shapes."""
     try:
-        source.read(seed, samples)
-        return
+        return [(samples, source.read(seed, samples))]
     except HeadraceError as exc:
         if isinstance(exc, ConfigError):
             raise
         if len(samples) == 1:
-            out.append(Problem(name, int(samples[0]), type(exc).__name__, str(exc)))
-            return
+            number = int(_file_order(source, seed, samples)[0])
+            out.append(Problem(name, number, type(exc).__name__, str(exc)))
+            return []
     half = len(samples) // 2
-    _bisect(source, name, seed, samples[:half], out)
-    _bisect(source, name, seed, samples[half:], out)
+    return [
+        *_bisect(source, name, seed, samples[:half], out),
+        *_bisect(source, name, seed, samples[half:], out),
+    ]
+
+
+def _file_order(source: Any, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
+    """A token source's ``samples`` (of an epoch read with ``seed``) numbered in file
+    order: the starts of the files before, then the start's place in its file (a tail or
+    stride start slid back to its file's end is the one after the grid start before it).
+    Other sources' samples as they are."""
+    layout = getattr(source, "layout", None)
+    if not isinstance(layout, WindowLayout) or not len(samples):
+        return samples
+    plan = layout.locate(seed, samples)
+    files = layout.window_file[plan.window]
+    offsets = layout.window_base[plan.window] + plan.start
+    before = np.concatenate(([0], np.cumsum(layout.file_starts)))[files]
+    order: NDArray[np.int64] = before + -(-offsets // layout.step)
+    return order
