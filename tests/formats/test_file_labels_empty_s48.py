@@ -1,16 +1,17 @@
-"""A class folder that holds no file keeps its number (``labels="folders"``), as
-torchvision's ``ImageFolder`` numbers it: until 2026-12-07 it was dropped and every
-class after it numbered one lower, so a validation folder with an empty class folder
-gave its samples other labels than the training folder's, without a word."""
+"""A class folder that holds no file (``labels="folders"``) was dropped and every class
+after it numbered one lower, so a validation folder with an empty class folder gave its
+samples other labels than the training folder's, without a word. Since 2026-12-07
+(session 50) it is refused, as torchvision's ``ImageFolder`` refuses it, and
+``classes=train.classes`` numbers the split as training."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from headrace.errors import DataError
 from headrace.formats import FileSource, synthetic_arrays
 from headrace.formats import write_sample_file as write
 
@@ -25,34 +26,32 @@ def folder(root: Path, layout: dict[str, int], fmt: str = "jpeg") -> Path:
     return root
 
 
-def test_an_empty_class_folder_keeps_its_number(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_an_empty_class_folder_is_refused_and_classes_given_keep_the_numbers(
+    tmp_path: Path,
 ) -> None:
+    # Since 2026-12-07 refused, as ImageFolder refuses it (test_class_folders_s50.py).
     train = FileSource(
         folder(tmp_path / "train", {"ant": 1, "bee": 1, "cat": 1}), format="jpeg", labels="folders"
     )
-    with caplog.at_level(logging.WARNING, logger="headrace"):
-        val = FileSource(
-            folder(tmp_path / "val", {"ant": 2, "bee": 0, "cat": 2}),
-            format="jpeg",
-            labels="folders",
-        )
+    val_root = folder(tmp_path / "val", {"ant": 2, "bee": 0, "cat": 2})
+    with pytest.raises(DataError, match=r"1 class folder\(s\) hold no file to read: 'bee'"):
+        FileSource(val_root, format="jpeg", labels="folders")
+    val = FileSource(val_root, format="jpeg", labels="folders", classes=train.classes)
     assert val.classes == train.classes == ("ant", "bee", "cat")
     # cat is 2 in both splits (it was 1 in val: the model's class 1 is bee)
     assert [val.classes[c] for c in val.file_labels] == [k.split("/")[0] for k in val.files.keys]
     assert val.file_labels.tolist() == [0, 0, 2, 2]
-    said = caplog.text
-    assert "1 class folder(s) hold no file to read, 'bee'" in said and str(tmp_path / "val") in said
 
 
-def test_a_folder_of_another_format_or_hidden_files_is_a_class_too(tmp_path: Path) -> None:
+def test_a_folder_of_another_format_or_hidden_files_is_refused_too(tmp_path: Path) -> None:
     root = folder(tmp_path / "d", {"a": 1, "c": 1})
     folder(root, {"b": 1}, fmt="png")  # files a JPEG source does not read
     (root / "e").mkdir()
     (root / "e" / ".x.jpg").write_bytes((root / "a" / "0.jpeg").read_bytes())
     (root / ".ipynb_checkpoints").mkdir()  # hidden: no class, as before
-    src = FileSource(root, format="jpeg", labels="folders")
-    assert src.classes == ("a", "b", "c", "e")
+    with pytest.raises(DataError, match=r"2 class folder\(s\) hold no file to read: 'b', 'e'"):
+        FileSource(root, format="jpeg", labels="folders")
+    src = FileSource(root, format="jpeg", labels="folders", classes=["a", "b", "c", "e"])
     assert src.file_labels.tolist() == [0, 2]
     assert np.bincount(src.file_labels, minlength=len(src.classes)).tolist() == [1, 0, 1, 0]
 

@@ -13,7 +13,6 @@ numbers the others as its training split does.
 
 from __future__ import annotations
 
-import logging
 import os
 import unicodedata
 from collections import Counter
@@ -26,8 +25,6 @@ from headrace._messages import refuse_a_set
 from headrace.errors import ConfigError, DataError
 
 __all__ = ["Labels", "check_classes", "check_labels", "file_classes"]
-
-log = logging.getLogger("headrace")
 
 #: ``"folders"``, or each file's class name by its name.
 Labels = str | dict[str, str]
@@ -108,8 +105,9 @@ def file_classes(
     to the folder or prefix ``where`` (``rooted``), else as listed (full names, whose
     parent folder counts); ``labels``: ``"folders"`` or a mapping of those names;
     ``classes``: the names in number order (``None``: sorted). ``folders``: the folders
-    in ``where`` (a local one), numbered among the classes with ``labels="folders"``
-    whether or not they hold files, as ``ImageFolder`` numbers them."""
+    in ``where`` (a local folder's, or those an object store's listing shows): one that
+    holds no file is refused with ``labels="folders"`` and no ``classes``, as
+    ``ImageFolder`` refuses it."""
     place = where or "the list of files"
     # The keys are read once (a packed name is decoded each time it is read: 0.3 s for
     # ImageNet's 1.28M), and only the class names after that.
@@ -141,19 +139,19 @@ def file_classes(
             "move them into their class's folder, or leave them out"
         )
     if classes is None and labels == "folders" and rooted and not found >= set(folders):
-        # A class folder with no file (a split's, or files of another format) numbered
-        # the classes after it one lower, unlike another split's numbers: kept, as
-        # ImageFolder keeps it (it refuses it, unless allow_empty=True), and said.
+        # A class folder with no file to read (a split's, or files of another format),
+        # numbered, shifted the classes after it against a copy on object storage, where
+        # an empty folder is at most a marker (``aws s3 sync`` copies none); left out,
+        # against another split's. Refused, as ImageFolder refuses it (allow_empty=False).
         empty = sorted(set(folders) - found)
-        log.warning(
-            "%s: %d class folder(s) hold no file to read, %s: each is numbered among the "
-            "classes all the same (as torchvision's ImageFolder numbers them), and gets "
-            "no samples",
-            place,
-            len(empty),
-            ", ".join(repr(e) for e in empty[:5]) + (", ..." if len(empty) > 5 else ""),
+        raise DataError(
+            f"{place}: {len(empty):,} class folder(s) hold no file to read: "
+            + ", ".join(repr(e) for e in empty[:5])
+            + (", ..." if len(empty) > 5 else "")
+            + ", so the classes after them would be numbered otherwise than where they "
+            "hold files (another split, a copy on object storage): remove it (them), or "
+            "give classes=[...] (e.g. classes=train.classes) to number the classes yourself"
         )
-        found |= set(empty)
     names = sorted(found) if classes is None else list(classes)
     number = {c: i for i, c in enumerate(names)}
     if classes is not None and not found <= set(number):

@@ -115,8 +115,9 @@ class FileList:
     #: keys are relative to a folder or prefix the caller named (not a list or a glob's
     #: matches): their first folder is a class folder (``labels="folders"``)
     rooted: bool = False
-    #: the folders directly in a local folder given, less hidden ones (class folders,
-    #: those that hold no file too; ``()`` for a list, a glob or an object store)
+    #: the folders directly in a folder or prefix given, less hidden ones (class
+    #: folders, those that hold no file too: on object storage, those the listing
+    #: shows, by a marker or an object of another format; ``()`` for a list or a glob)
     folders: tuple[str, ...] = ()
     #: how the cache names object ``i`` (object-store datasets with a cache)
     cache_key: Callable[[int], str] | None = field(default=None, repr=False)
@@ -611,6 +612,17 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
 Listing = tuple[Sequence[str], Sequence[int], Sequence[str | None]]
 
 
+def _prefix_folders(store: Any, every: list[tuple[str, int, str | None]]) -> tuple[str, ...]:
+    """The "folders" directly under a prefix, less hidden ones, as a local folder's walk
+    finds them (:attr:`FileList.folders`): those any object is under (of another format
+    too), and the empty ones a console's marker ``x/`` shows (listed as ``x``: a HEAD
+    each tells it from an empty object ``x``, where there is one of no folder)."""
+    heads = {k.partition("/")[0] for k, _, _ in every if "/" in k}
+    maybe = [k for k, size, _ in every if not size and k and "/" not in k and k not in heads]
+    heads.update(store.folder_markers(maybe))
+    return tuple(sorted(h for h in heads if h and not is_hidden(h)))
+
+
 def packed(listing: Listing) -> tuple[PackedNames, PackedSizes, PackedTags]:
     """``listing`` packed (as it is where it is already)."""
     keys, sizes, etags = listing
@@ -707,6 +719,8 @@ def list_files(
         out = remote_list(store, listed, options, cache)
         out.hidden, out.hidden_example = hidden, example
         out.rooted = True
+        if listing is None:
+            out.folders = _prefix_folders(store, every)
         unread = other_formats(extensions, EXTENSIONS)  # () where every file is read
         other = sorted(k for k, _, _ in every if k.lower().endswith(unread) and not is_hidden(k))
         if other:
