@@ -45,9 +45,17 @@ _MODE_HINT = (
 # 170 to 255); as "La" and "RGBa" (premultiplied already, to Pillow) every band is
 # resized alone, as grey and RGB are: 2- and 4-channel uint8 images are read as these.
 _BAND_BY_BAND = {2: "La", 4: "RGBa"}
-# What Pillow resizes: 8 bits (L, RGB...), 16-bit grey (I;16), 32-bit float grey (F);
-# float16 through float32 (Pillow has no half floats), every half exact in a float32.
-_RESIZES = (np.uint8, np.uint16, np.float32, np.float16)
+# What Pillow resizes: 8 bits (L, RGB...), 16-bit grey (I;16), 32-bit float grey (F),
+# 32-bit signed grey (I); float16 through float32 (Pillow has no half floats), int8 and
+# int16 through int32 (Image.fromarray read int8 -5 as 251): every value exact in the
+# wider type, and bilinear's weights are a convex combination, so what comes back lies
+# between the inputs' least and greatest and fits the narrower type again.
+_RESIZES = (np.uint8, np.uint16, np.float32, np.float16, np.int8, np.int16, np.int32)
+_WIDENED: dict[np.dtype[Any], type[np.generic]] = {
+    np.dtype(np.float16): np.float32,
+    np.dtype(np.int8): np.int32,
+    np.dtype(np.int16): np.int32,
+}
 #: How RandomResizedCrop and CenterCrop resize: Pillow's (and torchvision's) bilinear, or
 #: nearest neighbour, for masks of class ids.
 Interpolation = typing.Literal["bilinear", "nearest"]
@@ -113,7 +121,7 @@ class RandomCrop:
                     f"RandomCrop: sample {int(samples.numbers[i])}'s {self.key!r} is "
                     f"{img.dtype} {img.shape}, the first was {out.dtype} with channels "
                     f"{out.shape[3:]}: one batch's images need the same channels and dtype"
-                    f"{_MODE_HINT}"
+                    f"{_unlike(img, out, False)}"
                 )
             h, w = img.shape[:2]
             y = int(rng.integers(0, max(h - height, 0) + 1))
@@ -144,7 +152,11 @@ class RandomResizedCrop:
     spreads to the output pixels whose filter reaches it), grey ``(H, W)``
     or ``(H, W, C)``; the batch gets one ``(B, height, width[, C])`` array of their
     dtype and loses ``<key>_shape``. float64 is refused: Pillow would resize it as
-    float32, so cast it first. Every draw is from the sample's own generator.
+    float32, so cast it first. int8, int16 and int32 (elevation tiles, CT slices,
+    class-id masks) each channel as Pillow's 32-bit signed grey ``I``, int8 and int16
+    through int32 (bilinear rounded as Pillow rounds, half away from zero, and within the
+    inputs' range); uint32, int64 and uint64 are refused naming the cast (``I`` is
+    signed 32-bit). Every draw is from the sample's own generator.
     No channel changes another: 2 and 4 channels (grey + alpha, RGBA, RGB-D) are
     resized band by band, not through the premultiplied alpha of Pillow's own ``LA``
     and ``RGBA`` resize (the same pixels where alpha is 255). Channels-first
@@ -350,8 +362,22 @@ def _check_image(
             "images first, image.astype(np.float32) (in Mapped(source, fn) or when "
             "writing them), or crop without resizing (RandomCrop, CenterCrop(resize=None))"
         )
+    if img.ndim in (2, 3) and resizes and img.dtype in (np.uint32, np.int64, np.uint64):
+        # Pillow's integer mode "I" is 32-bit signed: Image.fromarray wrapped uint32
+        # 3e9 to -1294967296 without a word, and has no mode for 64 bits at all.
+        raise errors.DataError(
+            f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, which it cannot "
+            "resize: Pillow's integer mode is 32-bit signed (int32). Cast the images first, "
+            "image.astype(np.int32) where every value fits (class ids do), else "
+            "image.astype(np.float32) (in Mapped(source, fn) or when writing them), or crop "
+            "without resizing (RandomCrop, CenterCrop(resize=None))"
+        )
     if img.ndim not in (2, 3) or (resizes and img.dtype not in _RESIZES):
-        takes = "resizes uint8, uint16, float32 or float16" if resizes else "crops"
+        takes = (
+            "resizes uint8, uint16, float32 or float16, and int8, int16 or int32,"
+            if resizes
+            else "crops"
+        )
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}; it {takes} "
             "(H, W) or (H, W, C) images"
@@ -365,8 +391,23 @@ def _check_image(
     if out is not None and (img.shape[2:] != out.shape[3:] or _order(img) != out.dtype):
         raise errors.DataError(
             f"{name}: sample {number}'s {t.key!r} is {img.dtype} {img.shape}, the first was "
-            f"{out.dtype} with channels {out.shape[3:]}{_MODE_HINT}"
+            f"{out.dtype} with channels {out.shape[3:]}{_unlike(img, out, resizes)}"
         )
+
+
+def _unlike(img: NDArray[Any], out: NDArray[Any], resizes: bool) -> str:
+    """What to do about an image unlike the batch's first (``out``): channel counts that
+    differ come from a PNG set of several modes; a dtype alone from files written as two
+    (NPY of float32 and float16), which a cast to one makes alike."""
+    if img.shape[2:] != out.shape[3:]:
+        return _MODE_HINT
+    common = np.result_type(_order(img), out.dtype)
+    if resizes and common not in _RESIZES:  # int32 and float32 make float64, refused
+        common = np.dtype(np.float32)
+    return (
+        f" (images of two dtypes: cast them to one, image.astype(np.{common.name}), "
+        "in Mapped(source, fn) or when writing them)"
+    )
 
 
 def _check_channels_last(
@@ -412,11 +453,12 @@ def _resized(
     uint16 as Pillow's 16-bit grey ``I;16`` and float32 as its float grey ``F``, a
     colour image channel by channel (Pillow has no 16-bit or float colour mode), and so
     is uint8 of more than 4 channels (multispectral bands: Pillow has no mode for them,
-    and said only "Cannot handle this data type"). float16 as float32, rounded back.
+    and said only "Cannot handle this data type"). float16 as float32, rounded back;
+    int32 as Pillow's signed grey ``I``, int8 and int16 through it (see :data:`_RESIZES`).
     No band changes another: 2 and 4 channels are resized as "La" and "RGBa" (see
     :data:`_BAND_BY_BAND`), not through Pillow's premultiplied alpha."""
-    if a.dtype == np.float16:  # "Cannot handle this data type: (1, 1), <f2" to Pillow
-        wide = a.astype(np.float32)
+    if a.dtype in _WIDENED:  # float16: "Cannot handle this data type: (1, 1), <f2"
+        wide = a.astype(_WIDENED[a.dtype])
         return _resized(image_mod, wide, width, height, mirror, interpolation).astype(a.dtype)
     if a.ndim == 3 and a.shape[2] > 1 and (a.dtype != np.uint8 or a.shape[2] > 4):
         planes = [

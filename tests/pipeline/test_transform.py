@@ -406,7 +406,7 @@ def test_random_resized_crop_refuses_what_it_cannot_resize() -> None:
         RandomResizedCrop((4, 4), scale=(0.0, 1.0))
     with pytest.raises(ConfigError, match="ratio must satisfy"):
         RandomResizedCrop((4, 4), ratio=(2.0, 1.0))
-    deep = np.zeros((1, 8, 8), np.int32)  # float32 and float16 resize (test_transforms_s50)
+    deep = np.zeros((1, 8, 8), np.complex64)  # floats and ints resize (test_transforms*_s50)
     with pytest.raises(DataError, match="resizes uint8, uint16, float32 or float16"):
         RandomResizedCrop((4, 4))({"image": deep}, Samples(0, np.arange(1, dtype=np.int64)))
     mixed = np.empty(2, dtype=object)
@@ -513,7 +513,7 @@ def test_center_crop_without_resize_takes_any_dtype() -> None:
     got = CenterCrop((2, 3))({"image": imgs}, Samples(0, np.arange(2)))["image"]
     np.testing.assert_array_equal(got, imgs[:, 2:4, 1:4])
     with pytest.raises(DataError, match="it resizes uint8, uint16, float32 or float16"):
-        CenterCrop((2, 3), resize=4)({"image": imgs.astype(np.int32)}, Samples(0, np.arange(2)))
+        CenterCrop((2, 3), resize=4)({"image": imgs.astype(np.complex64)}, Samples(0, np.arange(2)))
     # Without resizing only the layout matters; the message says what it takes (it said
     # "it resizes uint8 or uint16" of a float volume it would have cropped).
     with pytest.raises(DataError, match=r"float32 \(6, 5, 2, 1\); it crops \(H, W\)"):
