@@ -705,11 +705,18 @@ class Loader(Closing):
     def _iter_sync(self, start: int, generation: int) -> Iterator[Batch]:
         for steps, arrays in self._watched_chunks(start, generation):
             for t, batch in self._split(steps, arrays):
-                with self._lock:  # load_state_dict() in another thread: its step stays
-                    self._check_current(generation)
-                    if self._ended_at(t):
-                        return
-                    self.step = t + 1
+                moved = False
+                try:
+                    with self._lock:  # load_state_dict() in another thread: its step stays
+                        self._check_current(generation)
+                        if self._ended_at(t):
+                            return
+                        moved = True
+                        self.step = t + 1
+                except BaseException:
+                    if moved:
+                        self._step_back(t, generation)
+                    raise
                 yield batch
 
     def _iter_async(self, start: int, generation: int) -> Iterator[Batch]:
@@ -743,12 +750,19 @@ class Loader(Closing):
                 if isinstance(item, Failure):
                     raise self._failed(item)
                 for t, batch in item:  # type: ignore[attr-defined]
-                    with self._lock:  # load_state_dict() in another thread: its step stays
-                        if generation != self._generation:
-                            raise self._stale(producer)
-                        if self._ended_at(t):
-                            return
-                        self.step = t + 1
+                    moved = False
+                    try:
+                        with self._lock:  # load_state_dict() in another thread: its step stays
+                            if generation != self._generation:
+                                raise self._stale(producer)
+                            if self._ended_at(t):
+                                return
+                            moved = True
+                            self.step = t + 1
+                    except BaseException:
+                        if moved:
+                            self._step_back(t, generation)
+                        raise
                     yield batch
         finally:
             with self._lock:  # unless another thread took it to stop (_retire)
@@ -758,6 +772,16 @@ class Loader(Closing):
                     self._stopping.add(producer)
             if mine:
                 self._stop(producer)
+
+    def _step_back(self, t: int, generation: int) -> None:
+        """Undo the step's move past ``t`` that an exception cut off before step ``t``'s
+        batch was handed over: a Ctrl-C lands at a call, and the lock's release after the
+        move is one. The step stayed one past a batch nobody received, which a notebook's
+        next loop (and a state saved then) skipped. Not where the loader was loaded, closed
+        or iterated anew meanwhile (another generation's step is its own)."""
+        with self._lock:
+            if generation == self._generation and self.step == t + 1:
+                self.step = t
 
     def _failed(self, failure: Failure) -> BaseException:
         """The read-ahead's error, noted with the step it failed at (:meth:`_failed_at`)."""
