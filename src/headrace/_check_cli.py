@@ -73,8 +73,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--width",
-        type=int,
-        help="pad (or, past it, refuse) every list column to this many items (table)",
+        action="append",
+        default=[],
+        metavar="N|NAME=N|NAME=LxI",
+        help="pad (or, past it, refuse) every list column to N items, or column NAME's; "
+        "NAME=LxI: a column of rows of lists (--shape NAME=NxN) to L lists of I items "
+        "(table); repeat for more",
     )
     p.add_argument(
         "--shape",
@@ -82,7 +86,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME=D1xD2",
         help="read a column of lists of lists as this shape, e.g. input_features=80x3000, "
-        "or boxes=Nx4 for rows of as many items as each has (table; each row checked); "
+        "or boxes=Nx4 for rows of as many items as each has, or words=NxN for rows of "
+        "lists of any length (with --width words=LxI) (table; each row checked); "
         "repeat for more",
     )
     p.add_argument(
@@ -131,7 +136,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--shard",
         default="0/1",
         metavar="I/K",
-        help="check steps I, I+K, ... only: K machines check together (default 0/1: all)",
+        help="check steps I, I+K, ... only: K machines check together, each sample once "
+        "(a dataset of fewer than K steps is read in smaller ones; default 0/1: all)",
     )
     p.add_argument(
         "--json",
@@ -153,7 +159,7 @@ def _source(args: argparse.Namespace) -> Any:
         flag
         for flag, value in (
             ("--columns", args.columns),
-            ("--width", args.width),
+            ("--width", args.width or None),
             ("--truncate", args.truncate or None),
             ("--shape", args.shape or None),
         )
@@ -303,10 +309,12 @@ def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             raise ConfigError(f"{flag} is for file formats; a table's rows are its samples")
     columns = [c.strip() for c in (args.columns or "").split(",") if c.strip()] or None
     data = args.data[0] if len(args.data) == 1 else args.data
+    width, widths = _widths(args.width)
     return TableSource(
         data,
         columns=columns,
-        width=args.width,
+        width=width,
+        widths=widths or None,
         truncate=args.truncate,
         vocab_size=args.vocab_size,
         store_options=options,
@@ -314,15 +322,47 @@ def _table(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     )
 
 
+def _widths(given: list[str]) -> tuple[int | None, dict[str, int | tuple[int, int]]]:
+    """``--width`` flags as ``width=`` (``N``: every list column's, the last given) and
+    ``widths=`` (``NAME=N``; ``NAME=LxI``: ``(lists, items)`` of a column of rows of lists,
+    ``--shape NAME=NxN``)."""
+    width: int | None = None
+    widths: dict[str, int | tuple[int, int]] = {}
+    for item in given:
+        name, eq, value = item.rpartition("=")
+        parts = value.lower().split("x")
+        counts = [int(d) for d in parts if d.isdigit() and int(d) >= 1]
+        if len(counts) != len(parts) or len(parts) > 2 or (eq and not name.strip()):
+            raise ConfigError(
+                f"--width {item!r}: give it as N (every list column), NAME=N (one column) "
+                "or NAME=LxI (a column of rows of lists, --shape NAME=NxN: L lists of I "
+                "items), e.g. --width 2048 or --width words=8x128"
+            )
+        if not eq and len(counts) == 1:
+            width = counts[0]
+        elif eq:
+            widths[name.strip()] = counts[0] if len(counts) == 1 else (counts[0], counts[1])
+        else:
+            raise ConfigError(
+                f"--width {item!r}: a pair of widths is one column's: give it as NAME=LxI, "
+                "e.g. --width words=8x128"
+            )
+    return width, widths
+
+
 def _shapes(given: list[str]) -> dict[str, tuple[int | None, ...]]:
     """``--shape NAME=D1xD2`` flags as ``shapes=`` (``NAME=Nx4``: a first dimension
-    ``None``, rows of as many items as each has)."""
+    ``None``, rows of as many items as each has; ``NAME=NxN``: ``(None, None)``, rows of
+    lists of any length, with ``--width NAME=LxI``)."""
     out = {}
     for item in given:
         name, eq, dims = item.partition("=")
         try:
             parts = dims.lower().split("x")
-            shape = tuple(None if d == "n" and not k else int(d) for k, d in enumerate(parts))
+            if parts == ["n", "n"]:
+                shape: tuple[int | None, ...] = (None, None)
+            else:
+                shape = tuple(None if d == "n" and not k else int(d) for k, d in enumerate(parts))
         except ValueError:
             shape = ()
         if not eq or not name.strip() or not shape:
@@ -433,6 +473,11 @@ _FLAGS = (
     ("give it a fixed width", "give it with --width N (or leave the column out: --columns)"),
     ("pass truncate=True", "--truncate cuts them, as a run with truncate=True does"),
     ("with shapes={", "give it with --shape NAME=D1xD2 (e.g. --shape input_features=80x3000)"),
+    # Rows of lists of any length (--shape NAME=NxN) with one --width N, or none.
+    (
+        "(lists, items)}",
+        "give it with --width NAME=LxI (L lists of I items), e.g. --width words=8x128",
+    ),
     ("vocab_size=", "vocab_size= is --vocab-size N (leave it out to check no token ids)"),
 )
 
@@ -454,6 +499,17 @@ def _tell(
     label = " ".join(args.data)
     out = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's
     print(f"{label}: {report}", file=out, flush=True)
+    # Rows longer than --width are each a problem now, not a stop that named the flag.
+    if any("pass truncate=True" in p.message for p in report.problems):
+        print(f"{label}: on the command line: {dict(_FLAGS)['pass truncate=True']}", file=out)
+    n = getattr(source, "samples_per_epoch", None)
+    if args.shard != "0/1" and isinstance(n, int):
+        # Which share this was: the K shards together read each sample once.
+        k = int(args.shard.partition("/")[2])
+        share = f"{label}: shard {args.shard}: {report.samples:,} of {n:,} samples"
+        if n < k and not report.samples:
+            share += f" (fewer samples than shards: shards 0/{k} to {n - 1}/{k} read them all)"
+        print(share, file=out)
     files = args.format not in ("tokens", "table", "mds")
     skipped = source.files.skipped() if files else ""
     if skipped:

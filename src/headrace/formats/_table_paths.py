@@ -118,7 +118,9 @@ def _dataset_files(ds: Any) -> list[str]:
     if getattr(ds, "_indices", None) is not None:
         raise ConfigError(
             f"this Dataset ({len(ds)} rows) shows its files' rows through an indices mapping "
-            f"(after a shuffle, select, filter or sort): ds.flatten_indices() or {fix}"
+            "(after a shuffle, select, filter or sort): pass ds.flatten_indices() (a Dataset "
+            "in files of the rows as it shows them), or write them with "
+            "ds.flatten_indices().save_to_disk(path) and pass that path"
         )
     files = [str(c["filename"]) for c in getattr(ds, "cache_files", ())]
     if not files:

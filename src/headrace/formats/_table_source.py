@@ -602,11 +602,12 @@ class TableSource(Closing):
                             if text
                             else f"has {int(lengths[i])} items"
                         )
-                        raise ConfigError(
+                        raise _row_error(
                             f"{self._where()}: column {c!r}: row {int(rows[i])} (sample "
                             f"{int(samples[i])}) {has}, more than width={self.widths[c]}; "
                             "pass truncate=True to keep its first width items"
-                            + (" (whole characters)" if text else "")
+                            + (" (whole characters)" if text else ""),
+                            int(samples[i]),
                         ) from exc
                     raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
                 out[c], out[f"{c}_mask"] = values if when is None else values.view(when), mask
@@ -615,10 +616,11 @@ class TableSource(Closing):
                 beyond = None if self.truncate else v.overflow(pair)
                 if beyond is not None:  # name the table's row, not the batch's
                     at, what = beyond
-                    raise ConfigError(
+                    raise _row_error(
                         f"{self._where()}: column {c!r}: row {int(rows[at])} (sample "
                         f"{int(samples[at])}) {what} (widths={pair}); pass truncate=True to "
-                        "keep the first ones"
+                        "keep the first ones",
+                        int(samples[at]),
                     )
                 # Checked above: cutting to the widths keeps every row whole unless truncate.
                 out[c], out[f"{c}_mask"] = v.pad(pair, pad_value=self.pad_values[c], truncate=True)
@@ -682,6 +684,15 @@ def _counts(dtype: np.dtype[Any]) -> np.dtype[Any]:
 def _is_text(arrow_type: str) -> bool:
     """Whether a column of this Arrow type holds UTF-8 text (read as its bytes)."""
     return arrow_type in ("string", "large_string", "string_view")
+
+
+def _row_error(message: str, sample: int) -> ConfigError:
+    """A row longer than its width: a setting (a run refuses it), but one row's, so
+    :func:`~headrace.pipeline.check` lists every such row as a problem, not the first
+    alone: it lists a ``ConfigError`` that names its ``sample``."""
+    exc = ConfigError(message)
+    setattr(exc, "sample", sample)  # noqa: B010 (an attribute ConfigError does not declare)
+    return exc
 
 
 def _whole_characters(v: Ragged, width: int) -> Ragged:

@@ -98,6 +98,8 @@ class CheckReport:
         noun = "sample" if self.samples == 1 else "samples"
         head = f"{self.samples:,} {noun} read in {self.seconds:.1f} s: "
         notes = [f"  note: {line}" for line in self.varied]
+        if self.ok and not self.samples:  # a shard past the samples: no pass
+            return head + "nothing checked (no sample in this shard's steps)"
         if self.ok:
             return "\n".join([head + "no problems", *notes])
         n = len(self.problems)
@@ -126,12 +128,14 @@ def check(
     dataset where everything fails is found out at once); ``shard=(i, k)``: check
     only steps ``i, i + k, ...``, so ``k`` machines (or processes) check a large
     dataset together, each its own share (their problems together are the whole
-    check's); ``progress(done, total)``: called after each step, in samples of this
-    shard. Errors that are not about the data or the storage (a ``ConfigError``, a
-    bug) are raised, not listed. Interrupted (``KeyboardInterrupt``, or the
-    ``SystemExit`` a SIGTERM handler raises), it raises that with what it found so
-    far as the exception's ``report`` (``interrupted=True``): an hour's findings are
-    not lost to a Ctrl-C.
+    check's; an epoch of fewer than ``k`` steps is read in smaller steps, one a shard
+    while there are ``k`` samples); ``progress(done, total)``: called after each step,
+    in samples of this shard. Errors that are not about the data or the storage (a
+    ``ConfigError``, a bug) are raised, not listed (a row longer than its width, a
+    ``ConfigError`` that names its ``sample``, is listed). Interrupted
+    (``KeyboardInterrupt``, or the ``SystemExit`` a SIGTERM handler raises), it raises
+    that with what it found so far as the exception's ``report`` (``interrupted=True``):
+    an hour's findings are not lost to a Ctrl-C.
     """
     batch_size = integer("batch_size", batch_size)
     most = integer("most", most)
@@ -141,7 +145,7 @@ def check(
     check_exact(source, "check")
     parts = epoch_parts(source, "check")
     report = CheckReport()
-    total = sum(_shard_samples(n, batch_size, i, k) for _, _, n in parts)
+    total = sum(_shard_samples(n, _shard_batch(n, batch_size, k), i, k) for _, _, n in parts)
     t0 = time.perf_counter()
     try:
         _check_parts(parts, report, total, batch_size, seed, most, prefetch, i, k, progress)
@@ -167,6 +171,7 @@ def _check_parts(
     progress: Callable[[int, int], None] | None,
 ) -> None:
     """:func:`check`'s reads, into ``report``."""
+    size = batch_size
 
     def step_done(t: int, n: int) -> int:
         rows = min(batch_size, n - t * batch_size)
@@ -176,6 +181,7 @@ def _check_parts(
         return rows
 
     for part, name, n in parts:
+        batch_size = _shard_batch(n, size, k)
         steps = -(-n // batch_size)
         first = len(report.problems)
         with Loader(
@@ -196,7 +202,7 @@ def _check_parts(
                         numbers = _file_order(part, seed, t * batch_size + np.arange(rows))
                         _tally_shapes(part, name, batch, rows, numbers, report.shapes)
                 except HeadraceError as exc:
-                    if isinstance(exc, ConfigError):
+                    if _setting(exc):
                         raise
                     # The failing step: this shard's next after those that arrived.
                     t = ld.step + (i - ld.step) % k
@@ -273,6 +279,17 @@ def _shard(shard: object) -> tuple[int, int]:
     raise ConfigError(f"check's shard must be (i, k) with 0 <= i < k (got {shard!r}).")
 
 
+def _shard_batch(n: int, batch_size: int, k: int) -> int:
+    """The step of a check of ``n`` samples in ``k`` shards: ``batch_size``, or smaller
+    where the epoch has fewer than ``k`` steps of it, so that each shard gets a step
+    (while there are ``k`` samples). 20 samples at 64 a step were one step: shard 1/2
+    checked nothing and said "no problems". The same for every shard: together they
+    still read each sample once."""
+    if k == 1 or -(-n // batch_size) >= k:
+        return batch_size
+    return max(1, n // k)
+
+
 def _shard_samples(n: int, batch_size: int, i: int, k: int) -> int:
     """Samples of steps ``i, i + k, ...`` of an epoch of ``n`` in steps of ``batch_size``
     (every step is whole but the last)."""
@@ -291,7 +308,7 @@ def _bisect(
     try:
         return [(samples, source.read(seed, samples))]
     except HeadraceError as exc:
-        if isinstance(exc, ConfigError):
+        if _setting(exc):
             raise
         if len(samples) == 1:
             number = int(_file_order(source, seed, samples)[0])
@@ -302,6 +319,13 @@ def _bisect(
         *_bisect(source, name, seed, samples[:half], out),
         *_bisect(source, name, seed, samples[half:], out),
     ]
+
+
+def _setting(exc: HeadraceError) -> bool:
+    """A refusal that stops the check (a setting), not a sample's problem: a
+    ``ConfigError``, unless it names the one ``sample`` it is about (a table's row longer
+    than its width, a setting that row alone fails): each of those is listed."""
+    return isinstance(exc, ConfigError) and not hasattr(exc, "sample")
 
 
 def _file_order(source: Any, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int64]:
