@@ -32,6 +32,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
     pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),
+    # Iterations begun again at the same step on purpose (test_journey_torch_s50.py).
+    pytest.mark.filterwarnings("ignore:TorchDataset. this DataLoader iteration:RuntimeWarning"),
 ]
 
 

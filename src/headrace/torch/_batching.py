@@ -113,3 +113,36 @@ def refuse_out_of_order(dataset: object) -> None:
         if frame.f_back is None:
             return
         frame = frame.f_back
+
+
+def repeated(step: int) -> str:
+    """The warning of a stock DataLoader's workers starting an iteration again where the
+    last one began: the batches the consumer was given, again, in the same order."""
+    return (
+        f"TorchDataset: this DataLoader iteration starts at step {step} again, where the "
+        "last one began, so its workers give the same batches again in the same order: a "
+        "stock DataLoader's workers cannot tell the dataset where the consumer stopped "
+        "(without workers the loop goes on from there, and a run that is over yields "
+        "nothing). For several epochs give steps=epochs * steps_per_epoch and loop once; "
+        "to go on where a loop stopped use HeadraceDataLoader(ds, num_workers=k), or "
+        "ds.load_state_dict(ds.state_at(step)) before iter() (as a deliberate repeat "
+        "does, without this warning)."
+    )
+
+
+def no_attribute(obj: object, name: str) -> AttributeError:
+    """The ``AttributeError`` of a missing attribute; for ``set_epoch`` (what
+    DistributedSampler users call each epoch) it says why there is none. Still an
+    ``AttributeError``: accelerate and the Hugging Face Trainer call ``set_epoch`` where
+    ``hasattr`` finds one, and must skip it here."""
+    kind = type(obj).__name__
+    if name == "set_epoch":
+        return AttributeError(
+            f"{kind} has no set_epoch: each epoch's order is keyed by (seed, epoch) "
+            "already and the epoch follows from the step, so nothing needs telling. "
+            "Give steps=epochs * steps_per_epoch and loop once (a batch's epoch is "
+            "dl.step // steps_per_epoch); epochs=1 for an exact evaluation pass.",
+            name=name,
+            obj=obj,
+        )
+    return AttributeError(f"{kind!r} object has no attribute {name!r}", name=name, obj=obj)

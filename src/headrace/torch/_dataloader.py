@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from headrace.errors import ConfigError, StateError
 from headrace.pipeline import Batch
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
+from headrace.torch._batching import no_attribute
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._fork_server import preload
 from headrace.torch._ragged import RaggedTensorBatch
@@ -401,6 +402,11 @@ class HeadraceDataLoader(Closing):
         # stays what it says: a new loader over it continued from where this one began.
         self.dataset._read_on(in_worker=False)
         self.dataset._close_loader()
+
+    if not TYPE_CHECKING:  # (to mypy, a misspelt attribute stays an error)
+
+        def __getattr__(self, name: str) -> Any:
+            raise no_attribute(self, name)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"step": next global step the consumer has not received, seed, ...}``.

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from multiprocessing.context import get_spawning_popen
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch.distributed as dist
@@ -30,7 +30,12 @@ from headrace.pipeline._passes import starts_at
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S
 from headrace.pipeline._steps import remaining_steps, run_over
 from headrace.plan import LoaderState
-from headrace.torch._batching import refuse_auto_collation, refuse_out_of_order
+from headrace.torch._batching import (
+    no_attribute,
+    refuse_auto_collation,
+    refuse_out_of_order,
+    repeated,
+)
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._fork_server import preload_if_forking
 from headrace.torch._mailbox import Mailbox
@@ -378,6 +383,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         self._check_ranks()
+        loaded = self._loaded  # a state given for this iteration: a deliberate start
         if info is not None:
             self._arrive()
             # A persistent worker's later iteration starts where the main process's
@@ -413,7 +419,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         )
         loader.step, loader.origin = self._start, self.origin
         self._loader = loader
-        return self._generate(loader)
+        # Worker 0 of a stock DataLoader's workers watches for an epoch loop given the
+        # last iteration's batches again (an exact pass is the same pass by design).
+        again = info is not None and info.id == 0 and not loaded and self.epochs is None
+        return self._generate(loader, watch=again)
 
     def end(self) -> dict[str, Any]:
         """Where each worker's loader ends: ``epochs`` (an exact pass, its batches
@@ -422,9 +431,18 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             return {"epochs": self.epochs}
         return {"steps": self.steps}
 
-    def _generate(self, loader: Loader) -> Iterator[Batch]:
+    def _generate(self, loader: Loader, *, watch: bool = False) -> Iterator[Batch]:
         try:
-            yield from loader
+            batches = iter(loader)
+            if watch:  # (a worker's iteration: its first batch, then the rest)
+                start = loader.step
+                first = next(batches, None)
+                if first is None:
+                    return
+                if self._mailbox.again(start):
+                    warn_user(repeated(start), RuntimeWarning, varies=True)
+                yield first
+            yield from batches
         except StateError as exc:
             if loader is self._loader:
                 raise
@@ -441,6 +459,11 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             loader.close()
             if loader is self._loader:  # where this iteration stopped (a worker's: no post)
                 self._mailbox.post((loader.step, loader.step, self.seed, self.origin))
+
+    if not TYPE_CHECKING:  # (to mypy, a misspelt attribute stays an error)
+
+        def __getattr__(self, name: str) -> Any:
+            raise no_attribute(self, name)
 
     def __getstate__(self) -> dict[str, Any]:
         # Checked here too: a spawned worker has no process group to check against.

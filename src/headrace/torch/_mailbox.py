@@ -23,18 +23,21 @@ from typing import Any
 
 __all__ = ["Mailbox"]
 
-# The cells: a count of posts, then the start step, phase, seed and origin (-1 without).
-_VERSION, _START, _PHASE, _SEED, _ORIGIN_STEP, _ORIGIN_SAMPLE = range(6)
-_BYTES = 6 * 8
+# The cells: a count of posts, then the start step, phase, seed and origin (-1 without);
+# then, written by the workers, the step their last iteration's batches began at and the
+# count of posts then plus one (0: none began).
+_VERSION, _START, _PHASE, _SEED, _ORIGIN_STEP, _ORIGIN_SAMPLE, _BEGAN, _BEGAN_AFTER = range(8)
+_BYTES = 8 * 8
 
 Position = tuple[int, int, int, tuple[int, int] | None]
 
 
 class Mailbox:
-    """Six shared integers, written by the process that made it, read by its DataLoader's
-    workers: a block of ``multiprocessing``'s shared heap (one file descriptor a process
-    for all of them, not one a dataset), inherited by forked workers and handed to
-    spawn and forkserver ones with their start."""
+    """Eight shared integers, six written by the process that made it, read by its
+    DataLoader's workers, two by the workers (:meth:`again`): a block of
+    ``multiprocessing``'s shared heap (one file descriptor a process for all of them,
+    not one a dataset), inherited by forked workers and handed to spawn and forkserver
+    ones with their start."""
 
     def __init__(self) -> None:
         self._keep: Any = heap.BufferWrapper(_BYTES)  # freed (to the heap) with this
@@ -64,6 +67,17 @@ class Mailbox:
         self._seen = version
         origin = cells[_ORIGIN_STEP], cells[_ORIGIN_SAMPLE]
         return cells[_START], cells[_PHASE], cells[_SEED], None if origin[0] < 0 else origin
+
+    def again(self, start: int) -> bool:
+        """In a DataLoader worker handing over the first batch of an iteration that starts
+        at ``start``: note it, and tell whether the last such iteration began there too
+        with nothing posted since (the consumer is given the same batches again: a stock
+        DataLoader's workers cannot tell the main process where its consumer stopped)."""
+        cells = self._cells
+        mark = cells[_VERSION] + 1
+        same = cells[_BEGAN_AFTER] == mark and cells[_BEGAN] == start
+        cells[_BEGAN], cells[_BEGAN_AFTER] = start, mark
+        return bool(same)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shared only with a worker being started (its heap's fd handed over with it, as
