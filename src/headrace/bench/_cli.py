@@ -668,7 +668,8 @@ def run(args: argparse.Namespace) -> int:
                     print(
                         f"headrace bench: interrupted ({how}) after "
                         f"{time.perf_counter() - t0:.1f} s: not measured: {left} (a variant's "
-                        f"figures come once its measurement pass and a trial are done){wrote}",
+                        f"figures come once its measurement pass and a trial are done; a files "
+                        f"workload's once a fresh pass is){wrote}",
                         file=sys.stderr,
                     )
                     raise

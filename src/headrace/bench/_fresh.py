@@ -70,11 +70,14 @@ def alternate(
     rounds: int,
     fail: Callable[[str, HeadraceError], None],
     done: Callable[[], None],
+    out: dict[str, list[float]] | None = None,
 ) -> dict[str, list[float]]:
     """``rounds`` fresh passes of ``steps`` steps of each variant, alternating: each
-    variant's seconds, in order. A variant that fails is reported to ``fail`` and left
-    out of the later rounds; ``done`` is called after each pass."""
-    out: dict[str, list[float]] = {s: [] for s in specs}
+    variant's seconds, in order, in ``out`` where given (so that the passes finished
+    survive a Ctrl-C). A variant that fails is reported to ``fail`` and left out of the
+    later rounds; ``done`` is called after each pass."""
+    out = {} if out is None else out
+    out.update({s: [] for s in specs})
     failed: set[str] = set()
     for _ in range(rounds):
         for spec in specs:

@@ -41,7 +41,12 @@ MiB = 1 << 20
 
 
 def _mib(v: float | None) -> str:
-    return "-" if v is None else f"{v / MiB:,.1f}"
+    """MiB to a tenth, or two significant digits below 0.1 (a first batch of 36 kB read
+    "0.0", as if it read nothing)."""
+    if v is None:
+        return "-"
+    m = v / MiB
+    return f"{m:,.1f}" if m == 0 or abs(m) >= 0.1 else f"{m:.2g}"
 
 
 def _small(v: float) -> str:
@@ -252,6 +257,15 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _figure(v: float) -> str:
+    """A rate of the files table: tenths from 1 to 1,000, whole numbers above, two
+    significant digits below 1 (a DLIO run of 2 B records at 0.028 MB/s printed "0.0",
+    as if nothing was read, and 385,390.8 samples/s a tenth finer than two passes tell)."""
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:,.1f}" if v == 0 or abs(v) >= 1 else f"{v:.2g}"
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:,.1f}"
 
@@ -283,8 +297,8 @@ def _stage_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 r["workload"],
                 r["variant"],
                 str(r.get("storage", "local")),
-                f"{r['samples_per_s']:,.1f}",
-                f"{r['mb_per_s']:,.1f}",
+                _figure(r["samples_per_s"]),
+                _figure(r["mb_per_s"]),
                 "-" if r.get("in_flight_observed") is None else str(r["in_flight_observed"]),
                 _latency(r.get("request_latency_s")),
                 (r.get("digest_compared") or "-")
