@@ -69,8 +69,8 @@ from headrace.io._ranges import merge_ranges
 __all__ = ["FileList", "LocalRead", "is_object_url", "list_files", "refuse_repeats"]
 
 LocalRead = Literal["pread", "odirect"]
-_REMOTE = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://", "http://",
-           "https://", "memory://", "file://")  # fmt: skip
+_REMOTE = ("s3://", "s3a://", "gs://", "az://", "azure://", "abfs://", "abfss://", "adl://",
+           "http://", "https://", "memory://", "file://")  # fmt: skip
 
 
 def is_object_url(path: str | os.PathLike[str]) -> bool:

@@ -52,6 +52,7 @@ __all__ = [
     "check_store_options",
     "common_url_root",
     "failures_of",
+    "foreign_scheme",
     "joined",
     "named_url",
     "split_object_url",
@@ -97,11 +98,13 @@ def check_store_options(
         )
     if options and not remote:
         typo = next(((p, u) for p in (where, *paths) if (u := url_typo(p))), None)
-        hint = (
-            f"; {typo[0]!r} is read as a local path: did you mean {typo[1]!r}?"
-            if typo
-            else "; leave store_options out for local files"
-        )
+        other = next(filter(None, map(foreign_scheme, (where, *paths))), None)
+        if typo:
+            hint = f"; {typo[0]!r} is read as a local path: did you mean {typo[1]!r}?"
+        elif other:
+            hint = other
+        else:
+            hint = "; leave store_options out for local files"
         raise ConfigError(
             f"{at}store_options apply to object-store URLs only (s3://, gs://, az://, "
             f"http(s)://, file://), not local files{hint}"
@@ -121,6 +124,39 @@ def check_store_options(
                 "(other obstore settings go in config= or client_options=)."
             )
     return dict(options)
+
+
+# Where a wasb(s):// URL names its account: container@ACCOUNT.blob.core.windows.net.
+_BLOB_HOST = ".blob.core.windows.net"
+
+
+def foreign_scheme(path: object) -> str | None:
+    """What to say of ``path`` when it is a URL of a scheme no store here reads (read as a
+    local path, it was "not local files; leave store_options out", which sent a user of
+    ``gcs://`` or ``wasbs://`` the wrong way): ``"; X:// is not ... write Y"``, else ``None``.
+    Other tools' spellings (gsutil's and fsspec's ``gcs://``, Hadoop's ``wasb(s)://``) are
+    told the URL to write instead."""
+    if not isinstance(path, str):
+        return None
+    scheme, sep, rest = path.partition("://")
+    if not sep or not scheme.isalnum() or url_typo(path) is not None:
+        return None
+    said = f"; {path!r} is read as a local path: {scheme}:// is not a URL scheme headrace reads"
+    low = scheme.lower()
+    if low == "gcs":
+        return f"{said}; write 'gs://{rest}' for Google Cloud Storage"
+    if low in ("wasb", "wasbs"):
+        where, _, key = rest.partition("/")
+        container, at, host = where.partition("@")
+        account = host.removesuffix(_BLOB_HOST) if at and host.endswith(_BLOB_HOST) else None
+        if account:
+            return (
+                f"{said}; write 'az://{container}/{key}' with store_options "
+                f"{{'config': {{'account_name': {account!r}}}}} (or "
+                f"'abfss://{container}@{account}.dfs.core.windows.net/{key}') for Azure Blob"
+            )
+        return f"{said}; write az://container/prefix for Azure Blob"
+    return f"{said} (s3://, gs://, az://, abfs(s)://, http(s)://, file://)"
 
 
 def named_url(url: str) -> str:
@@ -423,7 +459,25 @@ class ObjectFiles:
     # -- TokenFiles: what open_token_file needs --------------------------------------
     def head(self, path: str, length: int) -> tuple[memoryview, int, str | None]:
         first, info = self.read_start(path, length)
+        if not info.size:
+            self._refuse_folder(path)
         return first, info.size, info.etag
+
+    def _refuse_folder(self, url: str) -> None:
+        """Refuse ``url``, an empty object, where objects are stored under ``url/``: a
+        folder's marker, not a file. An Azure Data Lake (hierarchical namespace) directory
+        is such a blob, and so is ``x/`` put through obstore on Azure; a prefix named
+        without its '/' was read as a token file of 0 bytes ("needs a dtype"), where on
+        S3 or GCS it is "no such object", told to end with '/'. One LIST, of empty
+        objects only."""
+        store, key = self._store(url)
+        under = store.list_info_upto(key + "/", 1)
+        if under is None or under:
+            raise ObjectNotFoundError(
+                errno.EISDIR,
+                f"{url}: an empty object that marks a folder (objects are stored under "
+                f"{url}/, as under an Azure Data Lake directory), not a file",
+            )
 
     def closest_beside(self, url: str) -> str | None:
         """The URL beside the prefix ``url`` (among its parent's first 1,000 objects) whose

@@ -137,9 +137,33 @@ _METADATA_HOST = "169.254.169.254"
 _THROTTLE_WORDS = ("slowdown", "serverbusy", "toomanyrequests", "throttl")
 
 
-def _profile_note() -> str:
+_AZURE = ("az://", "azure://", "abfs://", "abfss://", "adl://")
+
+
+def _credentials(where: str) -> str:
+    """The store options that carry ``where``'s credentials (its scheme's: a gs:// URL
+    was told of AWS keys)."""
+    if where.startswith("gs://"):
+        return "config service_account_key or service_account_path"
+    if where.startswith(_AZURE):
+        return "config account_name with account_key, sas_key or bearer_token"
+    return "access_key_id/secret_access_key"
+
+
+def _credentials_env(where: str) -> str:
+    """The environment variables that carry ``where``'s credentials."""
+    if where.startswith("gs://"):
+        return "GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT"
+    if where.startswith(_AZURE):
+        return "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY"
+    return "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+
+
+def _profile_note(where: str = "s3://") -> str:
     """What to say of an AWS profile: obstore reads no ``~/.aws`` files, so a profile
-    (``AWS_PROFILE``, SSO) that boto3 and the aws CLI use is not seen."""
+    (``AWS_PROFILE``, SSO) that boto3 and the aws CLI use is not seen (said of S3 only)."""
+    if where.startswith(("gs://", *_AZURE)):
+        return ""
     profile = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
     files = [
         os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
@@ -291,9 +315,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
         # instance metadata service, which is not there (or refused). Not "access denied".
         return PermissionDeniedError(
             f"{where}: no credentials found: none were given (store_options "
-            "access_key_id/secret_access_key, or config=) or set in the environment "
-            "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and the instance metadata "
-            f"service at {_METADATA_HOST} gave none{_profile_note()} ({brief})"
+            f"{_credentials(where)}, or config=) or set in the environment "
+            f"({_credentials_env(where)}), and the instance metadata "
+            f"service at {_METADATA_HOST} gave none{_profile_note(where)} ({brief})"
         ), False
     if "builder error" in text and "http://" in text:
         return ConfigError(
@@ -446,6 +470,18 @@ def _denied(where: str, said: str, brief: str) -> PermissionDeniedError:
         hint = (
             "; a server that asks for a token is sent one with store_options={'client_options': "
             "{'default_headers': {'Authorization': 'Bearer TOKEN'}}}"
+        )
+    elif where.startswith(_AZURE):
+        after = (
+            "; check the account's credentials (store_options config account_name and "
+            "account_key, or a sas_key or bearer token; or AZURE_STORAGE_ACCOUNT_NAME/"
+            "AZURE_STORAGE_ACCOUNT_KEY) and the container's access"
+        )
+    elif where.startswith("gs://"):
+        after = (
+            "; check the credentials (store_options config service_account_key or "
+            "service_account_path, or GOOGLE_APPLICATION_CREDENTIALS) and the bucket's "
+            "IAM (storage.objects.get to read, storage.objects.list to list)"
         )
     elif where.startswith("s3://") and said.startswith(": SignatureDoesNotMatch"):
         after = (
