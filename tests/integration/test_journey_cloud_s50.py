@@ -339,3 +339,11 @@ def test_azure_spellings_users_paste_give_the_local_samples(
     remote = FileSource(url, format="npy", labels="folders", store_options=azurite.options())
     assert remote.files.url == url and remote.classes == local.classes
     _same(_all(remote), _all(local))
+
+
+def test_azure_without_an_account_names_the_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Azure's own "Account must be specified" named no option (until 2026-12-07).
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT", "AZURE_ACCOUNT_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match=r"Account must be specified: .*'account_name'"):
+        FileSource("az://container/npy", format="npy", store_options={"allow_http": True})

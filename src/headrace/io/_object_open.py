@@ -194,7 +194,16 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
     except HeadraceError:
         raise
     except Exception as exc:
-        raise ConfigError(f"{url}: cannot open store: {summarize(exc)}") from exc
+        said = summarize(exc)
+        if "Account must be specified" in said:
+            # Azure's own words name no option: the URL holds no account (az://container/
+            # key), and none was given or set.
+            said += (
+                ": give the storage account, store_options={'config': {'account_name': "
+                "..., 'account_key': ...}} (or AZURE_STORAGE_ACCOUNT_NAME), or a URL that "
+                "names it, abfss://container@ACCOUNT.dfs.core.windows.net/..."
+            )
+        raise ConfigError(f"{url}: cannot open store: {said}") from exc
     raise ConfigError(
         f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
         "file:// or a local path."
