@@ -113,8 +113,13 @@ def test_the_main_process_names_the_worker_it_waits_for(
     assert out.strip() == batch_digest(fast)
     main = re.findall(_MAIN, err)
     # The first batch waits for the worker's start and a READ of 1.5 s at least: warned
-    # at 0.3, 0.6 and 1.2 s, by one worker process.
-    assert [w for w, _ in main][:3] == ["0.3", "0.6", "1.2"], err
+    # at 0.3, 0.6 and 1.2 s, by one worker process. A warning says the wait it saw, which
+    # a loaded machine's scheduler may make a little later (0.7 for 0.6, in a CI beside
+    # nothing else, 2026-12-07): each before the next is due.
+    said = [float(w) for w, _ in main][:3]
+    assert len(said) == 3 and all(
+        due <= w < 2 * due for w, due in zip(said, (0.3, 0.6, 1.2), strict=True)
+    ), err
     assert len({pid for _, pid in main}) == 1, err
     assert re.search(r"headrace: the batch of step 0 came after \d+\.\d s", err), err
     # The worker's own loader names the file and bytes it waits for, on the same stderr.
