@@ -612,14 +612,13 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
 Listing = tuple[Sequence[str], Sequence[int], Sequence[str | None]]
 
 
-def _prefix_folders(store: Any, every: list[tuple[str, int, str | None]]) -> tuple[str, ...]:
+def _prefix_folders(every: list[tuple[str, int, str | None]], markers: set[str]) -> tuple[str, ...]:
     """The "folders" directly under a prefix, less hidden ones, as a local folder's walk
     finds them (:attr:`FileList.folders`): those any object is under (of another format
-    too), and the empty ones a console's marker ``x/`` shows (listed as ``x``: a HEAD
-    each tells it from an empty object ``x``, where there is one of no folder)."""
+    too), and the empty ones a console's marker ``x/`` shows (listed as ``x``, told from
+    an empty object ``x`` by a HEAD: ``markers``)."""
     heads = {k.partition("/")[0] for k, _, _ in every if "/" in k}
-    maybe = [k for k, size, _ in every if not size and k and "/" not in k and k not in heads]
-    heads.update(store.folder_markers(maybe))
+    heads.update(m for m in markers if "/" not in m)
     return tuple(sorted(h for h in heads if h and not is_hidden(h)))
 
 
@@ -672,12 +671,7 @@ def list_files(
         files = list(files)
     refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
-        from headrace.formats._file_list_objects import (
-            object_glob,
-            remote_list,
-            why_empty,
-            without_markers,
-        )
+        from headrace.formats._file_list_objects import object_glob, remote_list, why_empty
         from headrace.io import ObjectStore
 
         options = check_store_options(store_options, remote=True)
@@ -693,12 +687,15 @@ def list_files(
             return globbed
         store = ObjectStore(str(files), **options)
         try:
-            hidden, example, every = 0, None, []
+            hidden, example, every, markers = 0, None, [], set()
             if listing is not None:
                 listed = listing
             else:
                 every = [(k, i.size, i.etag) for k, i in store.list_info()]
-                infos = without_markers(store, [x for x in every if keep(x[0], extensions)])
+                # The folder markers among the empty objects (a HEAD each, once: they are
+                # no files, and an empty folder's marker is a class folder too).
+                markers = set(store.folder_markers([k for k, size, _ in every if not size]))
+                infos = [x for x in every if keep(x[0], extensions) and x[0] not in markers]
                 rows, hidden, example = drop_hidden(infos, lambda x: x[0])
                 listed = columns(rows)
         except BaseException:
@@ -720,7 +717,7 @@ def list_files(
         out.hidden, out.hidden_example = hidden, example
         out.rooted = True
         if listing is None:
-            out.folders = _prefix_folders(store, every)
+            out.folders = _prefix_folders(every, markers)
         unread = other_formats(extensions, EXTENSIONS)  # () where every file is read
         other = sorted(k for k, _, _ in every if k.lower().endswith(unread) and not is_hidden(k))
         if other:
