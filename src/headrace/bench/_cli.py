@@ -74,7 +74,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--accelerators", default="1", help="simulated accelerators per host, or 'auto'"
     )
     parser.add_argument(
-        "--sweep", metavar="KEY=V1,V2", help="run each variant at each value (in_flight=1,8,32)"
+        "--sweep",
+        metavar="KEY=V1,V2",
+        help="run each variant at each value of one of its options (block_mib=1,4 for "
+        "tokens, in_flight=1,8,32 for file workloads)",
     )
     parser.add_argument("--plot", metavar="PATH.png", help="plot throughput and AU per variant")
     parser.add_argument(
