@@ -244,7 +244,7 @@ def _rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 + (" ok" if r.get("au_pass") else " FAIL"),
                 _mib(r["bytes_before_first_batch"]),
                 _mib(r["peak_rss_bytes"]),
-                "-" if r["amplification"] is None else f"{r['amplification']:.2f}",
+                "-" if r["amplification"] is None else f"{r['amplification']:,.2f}",
                 (r["digest"] or "-")[:12],
             ]
         )
