@@ -110,6 +110,15 @@ def pad_batch(
     one of them (a float rounds; a value past its range, or an integer it cannot hold
     exactly, raises; tensor rows need a torch dtype, which torch.from_numpy takes).
     """
+    if isinstance(seqs, formats.Nested):
+        # Not iterable: list() of it raised a bare TypeError naming nothing.
+        raise errors.ConfigError(
+            "pad_batch pads rows of one level of items; a Nested holds rows of lists (a "
+            "table's lists-of-lists column: several hard negatives a row) and pads at both "
+            "levels with its own pad: nested.pad((lists, items), pad_value=0) gives "
+            "(rows, lists, items) values and mask (right-padded; truncate=True keeps the "
+            "first ones)"
+        )
     width = _ragged.check_side_and_width(side, width)
     asked_torch = _is_torch_dtype(dtype)
     dtype = _numpy_dtype(dtype)

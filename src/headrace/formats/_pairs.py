@@ -161,6 +161,8 @@ class PairRows(RowSource):
                         f"{mb.tokens.path}: member {mb.name!r} has {mb.tokens.rows} rows but "
                         f"{first.path} ({self.members[0].name!r}) has {first.rows}; every member "
                         "needs one row per group"
+                        + _sidecar_hint(mb.tokens, first.rows)
+                        + _sidecar_hint(first, mb.tokens.rows)
                     )
             # pad_id marks padding only in members without a mask file.
             check_pad_id(pad_id, None)
@@ -315,12 +317,12 @@ class PairRows(RowSource):
             if mb.mask is None:
                 np.not_equal(out[f"{mb.name}_x"], self.pad_id, out=mask)
             elif id(mb) in raws:
-                check_mask_values(raws[id(mb)], mb.mask, rows)
+                check_mask_values(raws[id(mb)], mb.mask, rows, mb.name)
                 np.not_equal(raws[id(mb)], 0, out=mask)
             else:
                 # Any byte but 0 or 1 is not a valid bool: check the bytes themselves,
                 # seen as the file's dtype so that an error shows the stored value.
-                check_mask_values(mask.view(mb.mask.dtype), mb.mask, rows)
+                check_mask_values(mask.view(mb.mask.dtype), mb.mask, rows, mb.name)
         return out
 
     def _empty(self, out: dict[str, NDArray[Any]]) -> NDArray[np.bool_]:
@@ -366,3 +368,28 @@ def _optional_members(names: list[str], optional: Iterable[str]) -> tuple[str, .
             "(the anchor, say)."
         )
     return chosen
+
+
+def _sidecar_hint(f: RowFile, rows: int) -> str:
+    """Where raw file ``f`` holds ``rows`` rows whole times as many or as few as its
+    sidecar makes (a dtype or width typed in wrong: uint32 for uint16 halves them), what
+    the sidecar would say then; ``""`` otherwise (a file short of rows by 10 is)."""
+    size = f.rows * f.stride
+    if f.format != "raw" or f.rows == rows or size % rows or max(f.rows, rows) % min(f.rows, rows):
+        return ""
+    each = size // rows
+    item = f.dtype.itemsize
+    ways = [f"{f.dtype} x {each // item}"] if each % item == 0 else []
+    if each % f.width == 0 and each // f.width != item:
+        try:
+            ways.append(f"{np.dtype(f'{f.dtype.kind}{each // f.width}')} x {f.width}")
+        except TypeError:  # no integer dtype of that size (3 or 16 bytes)
+            pass
+    if not ways:
+        return ""
+    return (
+        f". Its sidecar {f.path}.json says {f.dtype}, width {f.width} ({f.stride} bytes a "
+        f"row); at {each} bytes a row ({' or '.join(ways)}) its {size} bytes would be "
+        f"{rows} rows: if that is how it was written, correct the sidecar (write_row_file "
+        'writes one with "rows", which open then checks)'
+    )

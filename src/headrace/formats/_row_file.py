@@ -125,7 +125,17 @@ def _open_npy(f: _Opened) -> RowFile:
     # its magic too) as truncated.
     dtype, shape, fortran, offset = npy_header(lambda off, n: _read_head(f, off + n)[off:], f.path)
     if len(shape) != 2:
-        raise FormatError(f"{f.path}: expected a 2-D (rows, width) array, found shape {shape}")
+        # (groups, k, width): a retrieval dataset's k hard negatives saved as one array.
+        split = (
+            f"; a (groups, k, width) array of k lists a group (hard negatives) is k members "
+            f"of PairRows, a file each: np.save(f'neg{{j}}.npy', a[:, j]) for j in "
+            f"range({shape[1]}), with optional= naming those a group may lack (all padding)"
+            if len(shape) == 3
+            else ""
+        )
+        raise FormatError(
+            f"{f.path}: expected a 2-D (rows, width) array, found shape {shape}{split}"
+        )
     if fortran and shape[0] > 1 and shape[1] > 1:
         raise FormatError(
             f"{f.path}: the array is stored in Fortran (column-major) order, so a row is not "

@@ -89,8 +89,13 @@ def check_pad_id(pad_id: object, tokens: RowFile | None) -> None:
         )
 
 
-def check_mask_values(mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64]) -> None:
-    """Masks hold 0 or 1: checked with two reductions, no comparison temporaries."""
+def check_mask_values(
+    mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64], member: str | None = None
+) -> None:
+    """Masks hold 0 or 1: checked with two reductions, no comparison temporaries.
+
+    A mask of other values is most often the token file given in the mask's place
+    (a ``(mask, tokens)`` pair), so the error says which comes first."""
     if mask.size == 0:
         return
     if mask.dtype == np.bool_:
@@ -100,7 +105,13 @@ def check_mask_values(mask: NDArray[Any], f: RowFile, rows: NDArray[np.int64]) -
         return
     bad = np.flatnonzero(((mask > 1) | (mask < 0)).any(axis=1))[0]
     found = sorted({int(v) for v in np.unique(mask[bad]).tolist()} - {0, 1})
-    raise DataError(f"{f.path}: mask values must be 0 or 1; row {int(rows[bad])} holds {found[:5]}")
+    who = "" if member is None else f" (member {member!r})"
+    raise DataError(
+        f"{f.path}: mask values must be 0 or 1; row {int(rows[bad])} holds {found[:5]}{who}. "
+        "A mask file holds 1 on the tokens to use and 0 on the rest (an attention_mask, a "
+        "loss mask); if this is the token file, give the files as (tokens, mask), the "
+        "token file first"
+    )
 
 
 def check_token_values(

@@ -371,7 +371,9 @@ class TableSource(Closing):
             if pad_side != "right":
                 raise ConfigError(
                     f"{self._where()}: column {c!r} holds rows of lists, padded on the right "
-                    f"only (pad_side={pad_side!r})"
+                    f"only (pad_side={pad_side!r}); read with pad_side='right' (the "
+                    "default): a row's or list's last token (last-token pooling) is then at "
+                    "mask.sum(-1) - 1"
                 )
             try:
                 out[c] = (check_width(w[0], 1), check_width(w[1], 1))
@@ -606,7 +608,7 @@ class TableSource(Closing):
                             f"{self._where()}: column {c!r}: row {int(rows[i])} (sample "
                             f"{int(samples[i])}) {has}, more than width={self.widths[c]}; "
                             "pass truncate=True to keep its first width items"
-                            + (" (whole characters)" if text else ""),
+                            + (_text_note(v.row(i)) if text else ""),
                             int(samples[i]),
                         ) from exc
                     raise ConfigError(f"{self._where()}: column {c!r}: {exc}") from exc
@@ -626,7 +628,7 @@ class TableSource(Closing):
                 out[c], out[f"{c}_mask"] = v.pad(pair, pad_value=self.pad_values[c], truncate=True)
             else:
                 out[c] = v
-        if self.vocab:
+        if self.vocab and rows.size:  # (no rows: a Mixture's layout read; reshape refused it)
             self._check_vocab(out, rows, samples)
         return out
 
@@ -684,6 +686,17 @@ def _counts(dtype: np.dtype[Any]) -> np.dtype[Any]:
 def _is_text(arrow_type: str) -> bool:
     """Whether a column of this Arrow type holds UTF-8 text (read as its bytes)."""
     return arrow_type in ("string", "large_string", "string_view")
+
+
+def _text_note(row: NDArray[Any]) -> str:
+    """What an over-width text row is read as: ids written as text (a CSV round trip,
+    ``str(ids)``) would otherwise be cut into bytes taken for token ids."""
+    start = bytes(row[:40]).decode("utf-8", "replace")
+    return (
+        f" (whole characters). A text column is read as its UTF-8 bytes (uint8), this "
+        f"row's starting {start!r}: if it holds token ids written as text, store them as "
+        "a list<int32> column (the tokenizer's input_ids, or the text parsed) instead"
+    )
 
 
 def _row_error(message: str, sample: int) -> ConfigError:
