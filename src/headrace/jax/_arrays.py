@@ -13,7 +13,7 @@ import numpy as np
 from headrace._messages import object_field
 from headrace.errors import ConfigError, DataError
 from headrace.jax._rows import checked_batch_size, checked_sharding, held_rows
-from headrace.pipeline import Batch
+from headrace.pipeline import Batch, Loader
 
 __all__ = ["make_global_batch"]
 
@@ -31,10 +31,7 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
     make: Any = jax.make_array_from_process_local_data  # untyped in some jax releases
     batch_size = checked_batch_size(batch_size)
     if not isinstance(batch, Mapping):
-        raise ConfigError(
-            f"batch must be a dict of fields, each an array of this process's rows (got a "
-            f"{type(batch).__name__}): name them, e.g. {{'x': x, 'y': y}} for a pair"
-        )
+        raise ConfigError(f"batch must be a dict of fields, each an array of {_not_a_batch(batch)}")
     per_field = isinstance(sharding, Mapping)
     if per_field and batch.keys() != sharding.keys():
         unsharded = [f"no sharding for {k!r}" for k in sorted(batch.keys() - sharding.keys())]
@@ -51,6 +48,7 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
         checked_sharding(sharding)
     out = {}
     for name, value in batch.items():
+        _refuse_global(name, value)
         a = _jaxable(name, value)
         if not np.ndim(a):
             raise ConfigError(
@@ -66,6 +64,44 @@ def make_global_batch(batch: Batch, sharding: Any, batch_size: int) -> dict[str,
         except Exception as exc:
             raise _not_laid_out(name, a, field_sharding, batch_size, exc) from exc
     return out
+
+
+def _not_a_batch(batch: object) -> str:
+    """The rest of the refusal of a ``batch`` that is no dict, saying what to pass where it
+    is the loader or its iterator (their private class names said nothing)."""
+    if isinstance(batch, Loader):
+        what = "a Loader"
+    elif hasattr(batch, "state_dict"):  # a JaxLoader, a DataLoader
+        what = f"a {type(batch).__name__}"
+    elif hasattr(batch, "__next__"):
+        what = "an iterator"
+    else:
+        what = ""
+    if what:
+        return (
+            f"this process's rows (got {what}, of batches): pass one batch at a time, "
+            "for batch in loader: make_global_batch(batch, sharding, batch_size)"
+        )
+    return (
+        f"this process's rows (got a {type(batch).__name__}): name them, e.g. "
+        "{'x': x, 'y': y} for a pair"
+    )
+
+
+def _refuse_global(name: str, a: Any) -> None:
+    """Refuse a global ``jax.Array`` (one spanning processes, as ``JaxLoader`` yields):
+    its shape is the global batch's, so it was refused as a wrong row count of this
+    process's, or by jax's own gather error, neither naming the mistake."""
+    if not isinstance(a, jax.Array) or a.is_fully_addressable:
+        return
+    devices: Any = a.sharding.device_set  # untyped in some jax releases
+    processes = sorted({int(d.process_index) for d in devices})
+    raise ConfigError(
+        f"field {name!r} is already a global jax.Array (shape {a.shape}, laid out over "
+        f"processes {processes} by {a.sharding!r}): make_global_batch takes this process's "
+        "own rows (NumPy arrays, as numpy_loader gives them); a JaxLoader's batches are "
+        "global already: pass them to the step as they are."
+    )
 
 
 def _jaxable(name: str, a: Any) -> Any:

@@ -10,11 +10,13 @@ import jax
 import numpy as np
 
 from headrace._closing import Closing
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 from headrace.jax._agree import check_agreement, spans_processes
 from headrace.jax._arrays import make_global_batch
 from headrace.jax._rows import fields_blocks, fields_rows
 from headrace.pipeline import Batch, Loader, LoaderStats, Source
+from headrace.pipeline._loader_args import launched
 
 __all__ = ["JaxLoader", "numpy_loader"]
 
@@ -46,7 +48,9 @@ def numpy_loader(
     one: an evaluation on process 0 alone), and a larger one is refused where several
     processes run (with one loader a process, some ranks' rows would be read by none).
     A process waits ``HEADRACE_JAX_WAIT_S`` seconds (10 minutes) for the others to
-    start iterating, with warnings naming those not arrived, then refuses.
+    start iterating, with warnings naming those not arrived, then refuses. Without a
+    rank of your own, a process a launcher started as one of several while jax knows of
+    one (``jax.distributed.initialize()`` not called) is warned: it reads every row.
     """
     if (rank is None) != (world_size is None):
         raise ConfigError(
@@ -62,9 +66,11 @@ def numpy_loader(
         # that order, and rows of another place would be laid out without a word.
         rank, world_size = fields_rows(sharding, batch_size)
         ask = spans_processes(sharding)
+        _warn_if_launched_alone("numpy_loader")
     elif rank is None or world_size is None:
         rank, world_size = jax.process_index(), jax.process_count()
         ask = world_size > 1
+        _warn_if_launched_alone("numpy_loader")
     else:
         # Of your own, a world_size of jax.process_count() says every process makes one
         # (rank 0 on every process read one slice everywhere, and left the others unread,
@@ -76,6 +82,28 @@ def numpy_loader(
     kind = _AgreedLoader if ask else Loader
     return kind(
         source, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size, **loader_kwargs
+    )
+
+
+def _warn_if_launched_alone(kind: str) -> None:
+    """Warn where jax knows of one process but a launcher (srun, mpirun, torchrun)
+    started this one as one of several: ``jax.distributed.initialize()`` was not called,
+    so every process reads the whole global batch, the same rows, and trains a model of
+    its own, without a word (the ``Loader``'s own warning is for a rank left out, and
+    the rank given here is jax's)."""
+    found = launched()
+    if found is None or jax.process_count() > 1:
+        return
+    names, count, variables = found
+    warn_user(
+        f"{kind}: jax.process_count() is 1, so this process reads the whole global batch, "
+        f"but its launcher ({names}) started it as one of {count} ({variables}): every "
+        "process would read the same rows. Call jax.distributed.initialize() at the start, "
+        "before any other jax call (it reads these variables under srun and Open MPI; "
+        "else give it coordinator_address, num_processes and process_id). If each process "
+        "is meant as a run of its own, give numpy_loader rank=0, world_size=1, or filter "
+        "this warning.",
+        RuntimeWarning,
     )
 
 
@@ -145,6 +173,7 @@ class JaxLoader(Closing):
                 "make_global_batch(...) to choose them yourself."
             )
         blocks = fields_blocks(sharding, batch_size)
+        _warn_if_launched_alone("JaxLoader")
         self.sharding = sharding
         self.batch_size = batch_size
         self._ask_processes = spans_processes(sharding)
