@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 from typing import Any
@@ -381,6 +382,8 @@ def run(args: argparse.Namespace) -> int:
     if not (slash and i.isdigit() and k.isdigit()):
         raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")
     _check_ranges(args, int(i), int(k))
+    for data in args.data:
+        _refuse_a_state(data)
     if args.json is not None and args.json != "-":
         # Before the check, which can take hours: it wrote nothing, and exited 2, after.
         check_output_path("--json", args.json)
@@ -435,6 +438,50 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     _tell(args, source, report, columns)
     return 0 if report.ok else 1
+
+
+def _refuse_a_state(data: str) -> None:
+    """A saved loader state (``state_dict()`` as JSON) given as data is told as one: read
+    as tokens it was refused as text to tokenize, advice for a dataset, not a checkpoint.
+    Only a small local file whose JSON holds a state's keys is opened."""
+    try:
+        # A regular file only: opening a FIFO would wait for a writer (TokenSource refuses
+        # one by name, unopened).
+        if not os.path.isfile(data) or os.path.getsize(data) > 1 << 20:
+            return
+        with open(data, "rb") as f:
+            if f.read(1) != b"{":
+                return
+            f.seek(0)
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    if not (
+        isinstance(state, dict) and {"seed", "step", "batch_size", "fingerprint"} <= set(state)
+    ):
+        return
+    given = state.get("parts")
+    parts: dict[str, Any] = given if isinstance(given, dict) else {}
+    sources = [k.removeprefix("sources.") for k in parts if k.startswith("sources.")]
+    saved_on = f"; sources {', '.join(repr(n) for n in sources)}" if sources else ""
+    try:
+        files = json.loads(parts.get("files:named", "{}"))
+        named = [str(f[0]) for f in files.get("files", [])]
+        shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
+        saved_on += f"; saved on {files['count']:,} files of {files['bytes']:,} bytes" + (
+            f": {shown}" if named else ""
+        )
+    except (TypeError, ValueError, KeyError, AttributeError):
+        pass
+    raise ConfigError(
+        f"{data} is a headrace loader state (a state_dict() at step {state['step']}, global "
+        f"batch {state['batch_size']}, plan version {state.get('version')}{saved_on}), not "
+        "a dataset: headrace check reads a dataset's samples. Check the data the state "
+        "was saved on (each source's files: headrace check FILES --format tokens ...); to "
+        "see that the state resumes on it, load it into the run's loader: "
+        "load_state_dict(state) refuses a state saved on other data before any read, naming "
+        'what differs and the way on (docs/long-runs.md, "Restarts with changes")'
+    )
 
 
 def _check_ranges(args: argparse.Namespace, i: int, k: int) -> None:

@@ -233,8 +233,10 @@ def test_a_state_refused_for_a_schedule_added_later_names_the_exact_way_on(
     later = mixture(files, W1, schedule={K + 2: W2})
     with Loader(later, batch_size=B) as other, pytest.raises(StateError) as exc:
         other.load_state_dict(saved)
+    # Each switch's weights are named since 2026-12-07 (tests/plan/test_schedule_named_s51.py).
+    assert f"what differs: schedule): schedule.{K + 2}.web: no switch when" in str(exc.value)
     assert str(exc.value).endswith(
-        f"what differs: schedule). Same files, sizes, dtypes, sampling config and host order "
+        f" now. Same files, sizes, dtypes, sampling config and host order "
         f"are required to resume: give the run the data it was saved with; or, to go on with "
         f"this schedule, if its switches come at step {K} or later, load this loader's own "
         f"state_dict() with 'step' set to {K}: the steps before its first switch are the "

@@ -465,6 +465,8 @@ class Mixture(Closing):
         got, want = self._comparable(raw_got, part), self._comparable(raw_want, None)
         if not _alike(got, want):
             first = next(iter(self._layout.values()))[2]
+            pair = (self.sources[s], self.sources[self.names.index(first)])
+            tokens = all(type(src).__name__ == "TokenSource" for src in pair)
             detail = ""
             fix = "map one source's arrays to the other's layout with Mapped(source, fn)"
             if set(got) != set(want):
@@ -478,11 +480,29 @@ class Mixture(Closing):
                     if keys
                 ]
                 detail = f" ({'; '.join(only)})"
+                if set(got) ^ set(want) == {"position_ids"} and tokens:
+                    fix = (
+                        "give every token source positions= ('eos' with eos_id=, 'bos' with "
+                        "bos_id=, 'documents' for Megatron .idx files: each as its files mark "
+                        "documents, and each adds position_ids), or give it to none"
+                    )
             elif any(widened(got[k][0], want[k][0]) is None for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
-                both = (self.sources[s], self.sources[self.names.index(first)])
-                if all(type(src).__name__ in _OUT_DTYPE for src in both):
+                if all(type(src).__name__ in _OUT_DTYPE for src in pair):
                     fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
+                if tokens and "x" in got and "x" in want:
+                    a, b = got["x"][0], want["x"][0]
+                    wide = a if a.itemsize > b.itemsize else b if b.itemsize > a.itemsize else None
+                    narrow, who = (b, first) if wide is a else (a, self.names[s])
+                    fix = (
+                        f"token files of one tokenizer mix in one dtype: widen each {narrow.name} "
+                        f"source ({who!r} here) with Mapped(source, fn), fn(arrays, samples) "
+                        f"returning {{k: v.astype(np.{wide.name}) if k in ('x', 'y') else v "
+                        "for k, v in arrays.items()} (defined at module level), or write "
+                        f"its files as {wide.name}"
+                        if wide is not None
+                        else f"write one source's files in the other's dtype, or {fix}"
+                    ) + "; ids of two tokenizers are two vocabularies, which no dtype makes one"
                 text = [k for k in sorted(got) if {got[k][0].kind, want[k][0].kind} == {"S", "U"}]
                 if text:
                     # NumPy would decode the bytes as ASCII: at the first that is not, a

@@ -120,7 +120,14 @@ def changes(saved: dict[str, str], now: dict[str, str]) -> str:
     gone or new, or the same files in another order; with too many files to name, their
     counts. ``""`` where either side names nothing (a state saved before they were)."""
     files = _file_changes(_told(saved, FILE_PART), _told(now, FILE_PART))
-    found = _setting_changes(_told(saved, SETTING_PART), _told(now, SETTING_PART), bool(files))
+    was, is_ = _told(saved, SETTING_PART), _told(now, SETTING_PART)
+    if saved.get("schedule") == now.get("schedule"):
+        # The same schedule: a state saved before switches were named lacks their lines.
+        was, is_ = (
+            None if d is None else {k: v for k, v in d.items() if not k.startswith("schedule.")}
+            for d in (was, is_)
+        )
+    found = _setting_changes(was, is_, bool(files))
     found += files
     more = f"; and {len(found) - _MOST} more" if len(found) > _MOST else ""
     return "; ".join(found[:_MOST]) + more
@@ -146,8 +153,8 @@ def _setting_changes(
             every = sorted({*then, *now}, key=len, reverse=True)  # "a.b" before "a"
             keys = [k for k in keys if _source_of(k, every) not in {*gone, *new}]
     return told + [
-        f"{key}: {_value(was.get(key, _UNSET))} when the state was saved, "
-        f"{_value(is_.get(key, _UNSET))} now{_hint(key, was.get(key), is_.get(key))}"
+        f"{key}: {_value(was.get(key, _UNSET), key)} when the state was saved, "
+        f"{_value(is_.get(key, _UNSET), key)} now{_hint(key, was.get(key), is_.get(key))}"
         for key in keys
         if was.get(key, _UNSET) != is_.get(key, _UNSET)
         and not _later(key, was)
@@ -170,6 +177,8 @@ def _source_of(key: str, names: list[str]) -> str | None:
     of ``names``, longest first: a name may hold dots."""
     for name in names:
         if key.startswith(f"sources.{name}.") or key == f"weights.{name}":
+            return name
+        if key.startswith("schedule.") and key.split(".", 2)[2:] == [name]:
             return name
     return None
 
@@ -279,8 +288,10 @@ def _counts(told: dict[str, Any], telling: dict[str, Any]) -> str:
 _UNSET = object()
 
 
-def _value(value: Any) -> str:
-    return "not set (the default)" if value is _UNSET else json.dumps(value, ensure_ascii=False)
+def _value(value: Any, key: str = "") -> str:
+    if value is _UNSET:
+        return "no switch" if key.startswith("schedule.") else "not set (the default)"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _settings(value: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
@@ -311,6 +322,17 @@ def _weights(value: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
     total = sum(weights) or 1
     for name, w in zip(sources, weights, strict=True):
         yield f"{prefix}weights.{name}", float(f"{w / total:.3g}")
+    # A curriculum's switches (named since 2026-12-07), so a state says which schedule
+    # it was saved with, and a refusal which switch changed.
+    for switch in value.get("schedule") or ():
+        if not (isinstance(switch, list) and len(switch) == 2 and isinstance(switch[1], list)):
+            return
+        step, nums = switch
+        if len(nums) != len(sources) or not all(type(w) is int for w in nums):
+            return
+        total = sum(nums) or 1
+        for name, w in zip(sources, nums, strict=True):
+            yield f"{prefix}schedule.{step}.{name}", float(f"{w / total:.3g}")
 
 
 def _later(key: str, was: dict[str, Any]) -> bool:

@@ -37,9 +37,35 @@ def host_slice(batch_size: int, rank: int, world_size: int) -> tuple[int, int]:
     if batch_size % world_size:
         raise ConfigError(
             f"global batch of {batch_size} does not split evenly over {world_size} hosts; "
-            f"use a multiple of {world_size}."
+            f"{_ways(batch_size, world_size)}"
         )
     return rank * batch_size // world_size, (rank + 1) * batch_size // world_size
+
+
+def _ways(batch_size: int, world_size: int) -> str:
+    """The nearest host counts that divide the batch and batches that the hosts divide.
+    A Mixture and an exact pass keep their batch size at a resume (their plans are by
+    step), so a restart on other nodes needs the host count (until 2026-12-07 the error
+    named only the batches)."""
+    below = next(d for d in range(world_size, 0, -1) if batch_size % d == 0)
+    above = next(
+        (
+            d
+            for d in range(world_size + 1, min(batch_size, 2 * world_size) + 1)
+            if batch_size % d == 0
+        ),
+        None,
+    )
+    hosts = f"{below} or {above} hosts" if above is not None else f"{below} host{'s' * (below > 1)}"
+    lower = batch_size - batch_size % world_size
+    batches = f"{lower} or {lower + world_size}" if lower else f"{world_size}"
+    return (
+        f"a batch of {batch_size} splits over {hosts}, and {world_size} hosts split "
+        f"a batch of {batches}. A run resumed with another global batch goes on at the "
+        'first sample it had not read (docs/long-runs.md, "Another global batch size"), '
+        "but a Mixture or an exact pass (epochs=) keeps its batch: run those on a host "
+        "count that divides it."
+    )
 
 
 def step_samples(

@@ -120,8 +120,101 @@ _KEPT = (
 )
 
 
-def _way_on(differ: list[str], step: int) -> str:
-    """How to go on from ``step`` when the parts ``differ`` (a refusal's last words)."""
+def _mixed_way_on(
+    differ: list[str], step: int, saved: Mapping[str, str], now: Mapping[str, str]
+) -> str:
+    """How a mixture goes on from ``step`` when sources were dropped, added, or one's
+    files or settings changed (else ``""``). A source's id, its place in the order, keys
+    its shuffle and the weights' split tree: dropped from the middle, the sources after
+    it read in another order; kept with a weight of 0 from ``step`` (a schedule), none
+    is disturbed. Added last with a weight of 0 before ``step``, the others keep their
+    orders, and their counts at ``step`` are another tree's (within a few samples)."""
+    was = {k.removeprefix("sources.") for k in saved if k.startswith("sources.")}
+    is_ = {k.removeprefix("sources.") for k in now if k.startswith("sources.")}
+    gone, new = sorted(was - is_), sorted(is_ - was)
+    changed = [k.removeprefix("sources.") for k in differ if k.startswith("sources.")]
+    changed = [n for n in changed if n in was and n in is_]
+    if changed and not gone and not new and set(differ) == {f"sources.{n}" for n in changed}:
+        them = ", ".join(repr(n) for n in changed)
+        one = len(changed) == 1
+        return (
+            f"to go on with this data at step {step}, load this loader's own state_dict() "
+            f"with 'step' set to {step}: source{'' if one else 's'} {them} "
+            f"go{'es' if one else ''} on in {'its' if one else 'their'} new data's order "
+            "(the epoch in progress is shuffled anew, so some of its samples repeat and "
+            "some are skipped); the other sources go on exactly (the same samples at the "
+            'same steps) (docs/long-runs.md, "Restarts with changes")'
+        )
+    if gone and len(gone) == len(new) and not changed and "weights" not in differ:
+        then, now_ = _mixed_order(saved), _mixed_order(now)
+        moved = {a: b for a, b in zip(then, now_, strict=False) if a != b}
+        if (
+            len(then) == len(now_)
+            and set(moved) == set(gone)
+            and set(moved.values()) == set(new)
+            and all(saved[f"sources.{a}"] == now[f"sources.{b}"] for a, b in moved.items())
+        ):
+            renamed = ", ".join(f"{a!r} as {b!r}" for a, b in moved.items())
+            return (
+                f"the sources are the saved ones renamed ({renamed}), each in its place (its id, "
+                f"which keys its shuffle): go on exactly at step {step} by loading the saved "
+                f"state with this loader's own fingerprint and parts in it: {_KEPT}"
+            )
+    if gone and not new and not changed:
+        them = ", ".join(repr(n) for n in gone)
+        zeros = ", ".join(f"{n!r}: 0" for n in gone)
+        return (
+            f"to drop {them} at step {step} with every other source going on from the "
+            "sample it had reached (none skipped or read twice), keep the sources as saved "
+            "(in their order, with the saved weights; a source whose files are gone may be "
+            "any source of its layout in its place, a small file: weighted 0, it is never "
+            f"read) and give the Mixture schedule={{{step}: "
+            f"{{{zeros}, and the others' new weights}}}}, a weight 0 from then, and load that "
+            f"loader's own state_dict() with 'step' set to {step} (docs/long-runs.md, "
+            '"A curriculum"); loaded into this loader at that step instead, each source would '
+            "go on where these weights would have brought it, skipping or repeating samples, "
+            "and any source after the dropped one would read in another order (its place "
+            "in the order keys its shuffle)"
+        )
+    if new and not gone and not changed:
+        them = ", ".join(repr(n) for n in new)
+        return (
+            f"to add {them} at step {step} with the saved sources going on in their own "
+            "orders, each from within a few samples of the one it had reached, put the new "
+            "source last (a source's place in the order keys its shuffle), with weight 0 "
+            f"beside the saved weights and schedule={{{step}: new_weights}}, and load that "
+            f"loader's own state_dict() with 'step' set to {step} (docs/long-runs.md, "
+            '"A curriculum"; a source more splits the weights another way, so a source\'s '
+            "count at the step may differ by a sample or two); loaded into this loader at "
+            "that step instead, each source would go on where these weights would have "
+            "brought it, skipping or repeating samples"
+        )
+    return ""
+
+
+def _mixed_order(parts: Mapping[str, str]) -> list[str]:
+    """A mixture's source names in order, from its named weights (``[]``: not named)."""
+    try:
+        settings = json.loads(parts["settings:named"])
+    except (KeyError, ValueError, TypeError):
+        return []
+    if not isinstance(settings, dict):
+        return []
+    return [k.removeprefix("weights.") for k in settings if k.startswith("weights.")]
+
+
+def _way_on(
+    differ: list[str],
+    step: int,
+    saved: Mapping[str, str] | None = None,
+    now: Mapping[str, str] | None = None,
+) -> str:
+    """How to go on from ``step`` when the parts ``differ`` (a refusal's last words);
+    ``saved``, ``now``: both sides' parts, where known (a mixture's sources, named)."""
+    if saved is not None and now is not None and any(k.startswith("sources.") for k in differ):
+        mixed = _mixed_way_on(differ, step, saved, now)
+        if mixed:
+            return mixed
     if differ == ["weights"] and step == 0:
         # A schedule cannot switch at step 0 (switches come at steps > 0), and needs not:
         # no sample was read with the saved weights.
@@ -366,7 +459,7 @@ class LoaderState:
                 told = changes(saved, parts)
             else:
                 keys = []
-            way = _way_on(keys, self.step)
+            way = _way_on(keys, self.step, self.parts, parts)
             raise StateError(
                 f"loader state was saved on different data (fingerprint {self.fingerprint}, "
                 f"this loader's sources have {fingerprint}{which}){': ' if told else ''}"
