@@ -20,6 +20,7 @@ from headrace import errors
 from headrace.formats import _ragged
 from headrace.io._pool import SharedPool as _SharedPool
 from headrace.io._pool import usable_cpus as _usable_cpus
+from headrace.io._ranges import whole_number as _integer
 
 if typing.TYPE_CHECKING:
     from headrace.pipeline import Samples
@@ -505,11 +506,6 @@ def _check_size(t: RandomCrop | RandomResizedCrop | CenterCrop) -> None:
     # Plain ints: a NumPy integer (a size read from a config array) would otherwise
     # be refused, or kept in the repr and the pickles of the transform.
     object.__setattr__(t, "size", (int(h), int(w)))
-
-
-def _integer(v: object) -> bool:
-    """An integer, Python's or NumPy's, but not a bool (``True`` is no size)."""
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
 
 def _images(

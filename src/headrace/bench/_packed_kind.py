@@ -43,7 +43,6 @@ from headrace.plan import step_samples
 
 __all__ = ["PackedKind"]
 
-MiB = 1 << 20
 PAGE = 4096
 COLUMN = "input_ids"
 

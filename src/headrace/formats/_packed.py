@@ -79,6 +79,13 @@ PACKED_DTYPES = (
     np.dtype(np.int64),
 )
 
+#: Why a Parquet file (local or an object) cannot be packed.
+_NOT_PARQUET = (
+    "a Parquet file's pages are encoded and compressed, so its token lists are not byte "
+    "ranges of the file: pack from an Arrow copy (datasets' save_to_disk) or use "
+    "TableSource, which pads rows instead"
+)
+
 
 def table_token_files(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -204,11 +211,7 @@ def _column_stream(pa: Any, path: str, column: str) -> _Stream:
     try:
         refuse_indices_mapping(pa, path, part.schema)
         if part.parquet:
-            raise ConfigError(
-                f"{path}: a Parquet file's pages are encoded and compressed, so its token "
-                "lists are not byte ranges of the file: pack from an Arrow copy (datasets' "
-                "save_to_disk) or use TableSource, which pads rows instead"
-            )
+            raise ConfigError(f"{path}: {_NOT_PARQUET}")
         dtype, layout = _token_column(pa, path, part.schema, column)
         segments, starts, n = _segments(part, column, dtype, layout)
     finally:
@@ -277,11 +280,7 @@ def _remote_stream(
         root, objects, saved = resolve_urls(path, files)
         other = [u for u, _ in objects if not u.endswith(IPC_SUFFIXES)]
         if other and other[0].endswith(".parquet"):
-            raise ConfigError(
-                f"{other[0]}: a Parquet file's pages are encoded and compressed, so its "
-                "token lists are not byte ranges of the file: pack from an Arrow copy "
-                "(datasets' save_to_disk) or use TableSource, which pads rows instead"
-            )
+            raise ConfigError(f"{other[0]}: {_NOT_PARQUET}")
         if other:  # an object's name says how it is read, as Table reads it
             raise ConfigError(
                 f"{other[0]}: not named as an Arrow IPC file ({', '.join(IPC_SUFFIXES)}); "

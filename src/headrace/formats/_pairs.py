@@ -50,6 +50,7 @@ from headrace.formats._vocab import (
     check_vocab_fits,
     check_vocab_size,
     first_outside,
+    fits,
     outside_error,
 )
 
@@ -178,9 +179,8 @@ class PairRows(RowSource):
             if self.dtype is not None:
                 if not np.issubdtype(self.dtype, np.integer):
                     raise ConfigError(f"dtype must be an integer type (got {self.dtype}).")
-                info = np.iinfo(self.dtype)
                 unmasked = any(mb.mask is None for mb in self.members)
-                if unmasked and not info.min <= self.pad_id <= info.max:
+                if unmasked and not fits(self.pad_id, self.dtype):
                     raise ConfigError(
                         f"pad_id={pad_id} does not fit the output dtype {self.dtype}."
                     )

@@ -52,6 +52,7 @@ from headrace.formats._vocab import (
     check_vocab_fits,
     check_vocab_size,
     first_outside,
+    fits,
     outside_error,
 )
 
@@ -72,18 +73,13 @@ def output_dtype(dtype: DTypeLike) -> np.dtype[Any]:
         ) from exc
 
 
-def _fits(value: int, dtype: np.dtype[Any]) -> bool:
-    info = np.iinfo(dtype)
-    return info.min <= value <= info.max
-
-
 def check_pad_id(pad_id: object, tokens: RowFile | None) -> None:
     """``pad_id`` is an integer that tokens of ``tokens`` (when given) can equal."""
     # A float such as 0.5 passes a range check but equals no token: padding
     # would silently count as content.
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise ConfigError(f"pad_id must be an integer (got {pad_id!r}).")
-    if tokens is not None and not _fits(int(pad_id), tokens.dtype):
+    if tokens is not None and not fits(int(pad_id), tokens.dtype):
         raise ConfigError(
             f"{tokens.path}: pad_id={pad_id} does not fit the token dtype {tokens.dtype}."
         )
@@ -270,7 +266,7 @@ class PaddedRows(RowSource):
                 )
             ignore_index = int(ignore_index)
             for name, v in (("pad_id", pad_id), ("ignore_index", ignore_index)):
-                if not _fits(v, self.dtype):
+                if not fits(v, self.dtype):
                     raise ConfigError(f"{name}={v} does not fit the output dtype {self.dtype}.")
             # Token values are checked at read time only when the output dtype
             # cannot hold every value of the stored one (a narrower dtype= or

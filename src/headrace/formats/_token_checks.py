@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -60,8 +59,11 @@ def describe_files(
 
     named = [str(f) for f in files if not isinstance(f, TokenFile) and is_object_url(f)]
     urls = len(named)
+
+    def heads(url: str, listed: Callable[[str], bool]) -> bool:
+        return reads_head(url, dtype, format, listed)
+
     # Made here, not raced for by the threads; shards sharing a bucket are listed first.
-    heads = partial(_reads_head, dtype=dtype, format=format)
     stores = list_shards(remote(), named, heads) if urls else None
 
     def one(f: str | os.PathLike[str] | TokenFile) -> TokenFile | HeadraceError:
@@ -129,12 +131,6 @@ def _refuse_without_dtype(
             "the shard again (read as raw tokens given a dtype, its header would be 512 ids)"
         ) from exc
     raise exc
-
-
-def _reads_head(
-    url: str, listed: Callable[[str], bool], *, dtype: DTypeLike | None, format: TokenFormat
-) -> bool:
-    return reads_head(url, dtype, format, listed)
 
 
 def _note_not_a_file(path: str, exc: StorageError) -> None:

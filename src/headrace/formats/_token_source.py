@@ -44,6 +44,7 @@ from headrace.formats._vocab import (
     check_vocab_fits,
     check_vocab_size,
     first_outside,
+    fits,
     outside_error,
     token_place,
 )
@@ -258,7 +259,7 @@ class TokenSource(WindowCache):
             self.files: list[TokenFile] = describe_files(listed, dtype, format, self._remote)
             self.dtype: np.dtype[Any] = check_files(self.files, context, tail=tail)
             check_vocab_fits(vocab_size, self.dtype, self.files[0].path)
-            if pad_id is not None and not _fits(pad_id, self.dtype):
+            if pad_id is not None and not fits(pad_id, self.dtype):
                 raise ConfigError(
                     f"pad_id={pad_id} does not fit the token dtype {self.dtype} of "
                     f"{self.files[0].path}; give an id the tokens can hold (0 by default)"
@@ -637,8 +638,3 @@ def _check_int(name: str, value: object) -> int:
             "give a whole number, e.g. 256 * 2**20 or int(256e6)."
         )
     return int(value)
-
-
-def _fits(value: int, dtype: np.dtype[Any]) -> bool:
-    info = np.iinfo(dtype)
-    return info.min <= value <= info.max

@@ -28,6 +28,7 @@ __all__ = [
     "check_vocab_fits",
     "check_vocab_size",
     "first_outside",
+    "fits",
     "outside_error",
     "token_place",
 ]
@@ -65,6 +66,12 @@ def check_vocab_fits(vocab: int | None, dtype: np.dtype[Any], path: str) -> None
             f"prepare scripts make) holds them wrapped around, as other ids. Write the "
             "tokens as uint32 (or give the vocab_size they were made with)."
         )
+
+
+def fits(value: int, dtype: np.dtype[Any]) -> bool:
+    """Whether the integer dtype ``dtype`` holds ``value``."""
+    info = np.iinfo(dtype)
+    return info.min <= value <= info.max
 
 
 def check_pad_in_vocab(name: str, pad: int, vocab: int | None, where: str = "") -> None:

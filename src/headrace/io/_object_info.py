@@ -15,9 +15,8 @@ import operator
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from headrace.errors import ConfigError, ReadEOFError, StorageError, TransientStorageError
+from headrace.io._ranges import whole_number
 
 __all__ = [
     "ObjectInfo",
@@ -90,16 +89,12 @@ def check_range(offset: int, length: int) -> tuple[int, int]:
     """``(offset, length)`` as Python ints, refused unless two integers >= 0: Python's or
     NumPy's (offsets from an index array were refused), not a bool (``True`` read from
     byte 1). Python's: an ``np.uint64`` offset plus an ``np.int64`` length is a float."""
-    if not (_count(offset) and _count(length)) or offset < 0 or length < 0:
+    if not (whole_number(offset) and whole_number(length)) or offset < 0 or length < 0:
         raise ConfigError(
             f"A byte range needs integer offset >= 0 and length >= 0 "
             f"(got offset={offset!r}, length={length!r})."
         )
     return int(offset), int(length)
-
-
-def _count(x: object) -> bool:
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 def normalize(request: Request) -> tuple[str, int, int] | str:

@@ -8,7 +8,7 @@ bench adds up across stores; it holds counters only, so importing it needs no
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 __all__ = ["ObjectStats"]
 
@@ -52,21 +52,7 @@ class ObjectStats:
         return f"ObjectStats({counters}, latencies_s={_summary(self.latencies_s)})"
 
     def copy(self) -> ObjectStats:
-        out = ObjectStats(
-            requests=self.requests,
-            attempts=self.attempts,
-            retries=self.retries,
-            failures=self.failures,
-            cancelled=self.cancelled,
-            bytes=self.bytes,
-            in_flight=self.in_flight,
-            max_in_flight_observed=self.max_in_flight_observed,
-            throttled=self.throttled,
-            in_flight_limit=self.in_flight_limit,
-            lowest_in_flight_limit=self.lowest_in_flight_limit,
-        )
-        out.latencies_s.extend(self.latencies_s)
-        return out
+        return replace(self, latencies_s=deque(self.latencies_s, maxlen=_LATENCY_SAMPLES))
 
     def add(self, other: ObjectStats) -> None:
         """Count ``other``'s requests in these (``max_in_flight_observed``: the larger)."""
