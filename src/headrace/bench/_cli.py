@@ -34,6 +34,7 @@ from headrace.bench._report import SCHEMA_VERSION, print_report, report_json, wr
 from headrace.bench._runner import Interrupted, Progress, RunOptions, run_workload, stop_name
 from headrace.bench._slowfs_run import fuse_check
 from headrace.bench._workload import Workload, naming
+from headrace.emulate._mounts import gone_mount
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._file import url_typo
 
@@ -192,6 +193,13 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
     try:
         os.makedirs(root, exist_ok=True)
     except OSError as exc:
+        gone = gone_mount(root)  # a mount whose server was killed: "File exists" said
+        if gone is not None:
+            raise ConfigError(
+                f"{flag} {root!r}: Transport endpoint is not connected: the mount it is on "
+                f"is gone (its FUSE server or network file system driver stopped); unmount "
+                f"it (fusermount3 -u {gone}, or umount -l {gone}) and mount it again"
+            ) from None
         raise ConfigError(
             f"{flag} {root!r}: cannot create the dataset folder ({exc.strerror}); "
             f"choose a writable folder, e.g. {flag} /tmp/headrace-bench"

@@ -46,7 +46,7 @@ from typing import Any
 from headrace._messages import said
 from headrace._output_path import check_output_path
 from headrace.emulate._lifeline import on_parent_exit
-from headrace.emulate._mounts import is_mounted
+from headrace.emulate._mounts import is_mounted, not_a_folder
 from headrace.emulate._slowfs_config import SlowFSConfig
 from headrace.emulate._slowfs_faults import ReadFault, errno_code, errno_name
 from headrace.emulate._slowfs_stats import SlowFSStats
@@ -269,14 +269,25 @@ def _entry_type(entry: os.DirEntry[str]) -> int | None:
         return None  # removed since it was listed: as if listed a moment later
 
 
+def _mounted(mnt: str) -> ConfigError:
+    return ConfigError(
+        f"slowfs: {mnt!r} is already a mount point; unmount it first: `fusermount3 -u {mnt}` "
+        "(also a mount a killed server left behind, where `ls` says 'Transport endpoint is "
+        "not connected')."
+    )
+
+
 def _check_dirs(src: str, mnt: str) -> None:
     if not os.path.isdir(src):
-        raise ConfigError(f"slowfs: source {src!r} is not a directory; give an existing one.")
+        raise not_a_folder(f"slowfs: source {src!r}", src, "give an existing one.")
+    # Before a stat of it: a mount left by a killed server answers none (ENOTCONN).
+    if is_mounted(mnt):
+        raise _mounted(mnt)
     if not os.path.isdir(mnt):
-        raise ConfigError(f"slowfs: mount point {mnt!r} is not a directory; create it first.")
+        raise not_a_folder(f"slowfs: mount point {mnt!r}", mnt, "create it first.")
     real_src, real_mnt = os.path.realpath(src), os.path.realpath(mnt)
-    if is_mounted(mnt) or is_mounted(real_mnt):  # the latter: a symlink to a mount point
-        raise ConfigError(f"slowfs: {mnt!r} is already a mount point; unmount it first.")
+    if is_mounted(real_mnt):  # a symlink to a mount point
+        raise _mounted(mnt)
     if real_mnt == real_src or real_mnt.startswith(real_src.rstrip("/") + "/"):
         raise ConfigError(
             f"slowfs: mount point {mnt!r} is inside the source {src!r}: the mount would show "

@@ -21,7 +21,7 @@ from typing import Any, Self
 
 import headrace
 from headrace.emulate._lifeline import argv_for
-from headrace.emulate._mounts import is_mounted
+from headrace.emulate._mounts import is_mounted, not_a_folder
 from headrace.emulate._slowfs_config import SlowFSConfig
 from headrace.errors import ConfigError, StateError, StorageError
 
@@ -93,10 +93,14 @@ class SlowMount:
     def start(self) -> Self:
         if self._proc is not None:
             raise StateError(f"SlowMount({self.mnt}): already started (pid {self._proc.pid}).")
-        if not self.src.is_dir():
-            raise ConfigError(f"SlowMount: source {self.src} is not a directory.")
+        if not os.path.isdir(self.src):  # (Path.is_dir raised ENOTCONN under a dead mount)
+            raise not_a_folder(f"SlowMount: source {self.src}", self.src, "give an existing one.")
         if is_mounted(self.mnt):
-            raise StorageError(errno.EBUSY, f"SlowMount: {self.mnt} is already a mount point.")
+            raise StorageError(
+                errno.EBUSY,
+                f"SlowMount: {self.mnt} is already a mount point; unmount it first: "
+                f"`fusermount3 -u {self.mnt}`.",
+            )
         self.mnt.mkdir(exist_ok=True)
         # fusermount3 mounts at the folder a symlink leads to, and the mount table names
         # that folder: looked for under the link, the mount never appeared (a timeout).

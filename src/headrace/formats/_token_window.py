@@ -25,6 +25,7 @@ from headrace.io import PAGE, LocalFile, deep_io_pool, io_pool, madvise
 from headrace.io import _in_flight as in_flight
 from headrace.io._batch import raise_first
 from headrace.io._buffers import MADV_POPULATE_READ, ask_for, populate_failed
+from headrace.io._file import gone_hint
 from headrace.io._waits import wait_done
 
 __all__ = ["TokenStats", "TokenWindow"]
@@ -321,7 +322,13 @@ class TokenWindow:
         under a running job is rare, and this turns the common case into an error.)
         """
         assert isinstance(self.file, LocalFile)
-        now = os.fstat(self.file.fd).st_size
+        try:
+            now = os.fstat(self.file.fd).st_size
+        except OSError as exc:  # a mount whose server was killed: ENOTCONN, no file named
+            raise StorageError(
+                exc.errno or errno.EIO,
+                f"{self.file.path}: cannot stat ({exc.strerror or exc}){gone_hint(exc)}",
+            ) from exc
         end = self.offset + self._bytes.size
         if now < end:
             _refuse_shrunk(self.file.path, now, self.offset, end)
