@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Self
 from urllib.parse import urlsplit
 
@@ -229,19 +229,7 @@ class LatencyProxy(Closing):
     def stats(self) -> ProxyStats:
         """A snapshot of the counters."""
         with self._lock:
-            s = self._stats
-            return ProxyStats(
-                connections=s.connections,
-                upstream_connections=s.upstream_connections,
-                requests=s.requests,
-                faults=s.faults,
-                bytes_up=s.bytes_up,
-                bytes_down=s.bytes_down,
-                max_in_flight=s.max_in_flight,
-                in_flight=s.in_flight,
-                throttled=s.throttled,
-                faults_by_kind=dict(s.faults_by_kind),
-            )
+            return replace(self._stats, faults_by_kind=dict(self._stats.faults_by_kind))
 
     def reset_stats(self) -> None:
         with self._lock:
