@@ -38,6 +38,7 @@ from headrace.torch._batching import (
 )
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._fork_server import preload_if_forking
+from headrace.torch._lifeline import Lifeline
 from headrace.torch._mailbox import Mailbox
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
@@ -161,6 +162,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._loaded = False  # a state loaded here since the last iteration began
         # Where the main process's dataset stands, for its persistent DataLoader workers.
         self._mailbox = Mailbox()
+        # Ends a stock DataLoader's spawn or forkserver workers when this process dies.
+        self._lifeline = Lifeline()
         self._fresh = False  # a worker's copy whose first iteration has not begun
         self._loads = 0  # states loaded in all: an iteration over it began before one is stale
         self._went = False  # iterated in this process since it was made or a state loaded
@@ -190,6 +193,21 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         :class:`HeadraceDataLoader` instead.
         """
         if self._loader is None:
+            if get_worker_info() is None and self._mailbox.worked():
+                # The checkpoint it went into resumed there: a preempted job trained on
+                # every batch since that iteration began again, without a word.
+                raise StateError(
+                    "TorchDataset.state_dict() in the main process while a DataLoader's "
+                    f"workers read it: their iteration began at step {self._start}, and "
+                    "they read ahead of your loop, so this process cannot tell the step "
+                    "your loop reached; a checkpoint of this state would resume at step "
+                    f"{self._start} and train on the batches since again. Save "
+                    "ds.state_at(step) with your own count of the batches taken (from the "
+                    "step the iteration began at), or iterate with "
+                    "headrace.torch.HeadraceDataLoader (dl.state_dict()) or torchdata's "
+                    "StatefulDataLoader (its state_dict()) "
+                    "(docs/frameworks.md#resuming-which-state-to-save)"
+                )
             return {**self.state_at(self._start), "phase": self._phase}
         loader = self._loader
         # An iteration of every step (in the main process) shares out none: its phase is
@@ -283,7 +301,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         """Batches the next iteration yields: from the step ``state_dict()`` names to
         ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
         its ``len()`` from here."""
-        start = starts_at(self.state_dict()["step"], self.steps, self.epochs)
+        start = starts_at(self._position(), self.steps, self.epochs)
         return remaining_steps(start, self.steps)
 
     def __bool__(self) -> bool:
@@ -422,7 +440,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # Worker 0 of a stock DataLoader's workers watches for an epoch loop given the
         # last iteration's batches again (an exact pass is the same pass by design).
         again = info is not None and info.id == 0 and not loaded and self.epochs is None
-        return self._generate(loader, watch=again)
+        return self._generate(loader, watch=again, worker=info is not None)
 
     def end(self) -> dict[str, Any]:
         """Where each worker's loader ends: ``epochs`` (an exact pass, its batches
@@ -431,15 +449,18 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             return {"epochs": self.epochs}
         return {"steps": self.steps}
 
-    def _generate(self, loader: Loader, *, watch: bool = False) -> Iterator[Batch]:
+    def _generate(
+        self, loader: Loader, *, watch: bool = False, worker: bool = False
+    ) -> Iterator[Batch]:
         try:
             batches = iter(loader)
-            if watch:  # (a worker's iteration: its first batch, then the rest)
+            if worker:  # (a worker's iteration: its first batch, then the rest)
                 start = loader.step
                 first = next(batches, None)
                 if first is None:
                     return
-                if self._mailbox.again(start):
+                self._mailbox.working()  # the main process's state_dict() now refuses
+                if watch and self._mailbox.again(start):
                     warn_user(repeated(start), RuntimeWarning, varies=True)
                 yield first
             yield from batches

@@ -25,16 +25,27 @@ __all__ = ["Mailbox"]
 
 # The cells: a count of posts, then the start step, phase, seed and origin (-1 without);
 # then, written by the workers, the step their last iteration's batches began at and the
-# count of posts then plus one (0: none began).
-_VERSION, _START, _PHASE, _SEED, _ORIGIN_STEP, _ORIGIN_SAMPLE, _BEGAN, _BEGAN_AFTER = range(8)
-_BYTES = 8 * 8
+# count of posts then plus one (0: none began), as worker 0 watches for a repeat; and the
+# count of posts plus one when any worker last handed over a batch.
+(
+    _VERSION,
+    _START,
+    _PHASE,
+    _SEED,
+    _ORIGIN_STEP,
+    _ORIGIN_SAMPLE,
+    _BEGAN,
+    _BEGAN_AFTER,
+    _WORKED_AFTER,
+) = range(9)
+_BYTES = 9 * 8
 
 Position = tuple[int, int, int, tuple[int, int] | None]
 
 
 class Mailbox:
-    """Eight shared integers, six written by the process that made it, read by its
-    DataLoader's workers, two by the workers (:meth:`again`): a block of
+    """Nine shared integers, six written by the process that made it, read by its
+    DataLoader's workers, three by the workers (:meth:`again`, :meth:`working`): a block of
     ``multiprocessing``'s shared heap (one file descriptor a process for all of them,
     not one a dataset), inherited by forked workers and handed to spawn and forkserver
     ones with their start."""
@@ -79,6 +90,16 @@ class Mailbox:
         cells[_BEGAN], cells[_BEGAN_AFTER] = start, mark
         return bool(same)
 
+    def working(self) -> None:
+        """In a DataLoader worker handing over the first batch of an iteration: note that
+        the consumer's step is now this worker's business, not the main process's."""
+        self._cells[_WORKED_AFTER] = self._cells[_VERSION] + 1
+
+    def worked(self) -> bool:
+        """In the process that made it: whether a worker has handed over batches since its
+        last post (its dataset's position is then only where their iteration began)."""
+        return bool(self._cells[_WORKED_AFTER] == self._cells[_VERSION] + 1)
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Shared only with a worker being started (its heap's fd handed over with it, as
         # multiprocessing's own reduction of the heap does, in terms any pickler takes):
@@ -88,7 +109,7 @@ class Mailbox:
             return (Mailbox, ())
         (arena, start, _), _ = self._keep._state
         try:
-            fd = _hand_over(arena.fd)
+            fd = hand_over(arena.fd)
         except Exception:  # a start that takes no descriptors (not one of Python's)
             return (Mailbox, ())  # its worker's iterations start where the copy came from
         return (_shared, (arena.size, fd, start, self._seen, self._owner))
@@ -99,7 +120,7 @@ class Mailbox:
 _handed: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
 
 
-def _hand_over(fd: int) -> Any:
+def hand_over(fd: int) -> Any:
     given = _handed.setdefault(get_spawning_popen(), {})
     if fd not in given:
         given[fd] = reduction.DupFd(fd)
