@@ -467,6 +467,20 @@ def dlio_workload(
         raise ConfigError(f"{path}: not valid YAML ({why})") from None
     if isinstance(doc, dict) and "dataset" not in doc and isinstance(doc.get("workload"), dict):
         doc = doc["workload"]  # a DLIO run's own record of its config (.hydra/config.yaml)
+    if isinstance(doc, dict) and "dataset" not in doc and isinstance(doc.get("workflow"), dict):
+        # DLIO's llama_1t.yaml: checkpointing, no dataset section. It is a DLIO config
+        # (it was refused as "not a DLIO workload"); DLIO would read its defaults.
+        why = (
+            "it is for checkpointing (workflow.checkpoint), which headrace does not model; "
+            if doc["workflow"].get("checkpoint")
+            else ""
+        )
+        raise ConfigError(
+            f"{path}: no dataset section: DLIO would train on its defaults (8 tfrecord files "
+            f"of one 65,536 B record, no compute); {why}give a dataset section "
+            "(format, num_files_train, num_samples_per_file, record_length_bytes) to measure "
+            "the reading of a dataset"
+        )
     if not isinstance(doc, dict) or "dataset" not in doc:
         raise ConfigError(f"{path}: not a DLIO workload (expected a mapping with 'dataset')")
     ds, rd, tr, metric, storage, workflow = (
@@ -484,10 +498,18 @@ def dlio_workload(
     given = str(ds.get("format", "tfrecord"))
     fmt = given.removeprefix(_LEGACY)
     if fmt not in _FORMATS and fmt not in _RAW:
+        # DLIO's Parquet rows (dlrm_s3dlio_*.yaml): headrace's own workload reads Parquet.
+        hint = (
+            "; for Parquet rows run headrace's own workload, headrace bench -w parquet "
+            "(--storage s3 for an object store)"
+            if fmt == "parquet"
+            else ""
+        )
         raise ConfigError(
             f"{path}: dataset.format {given!r} is not supported: headrace reads "
             f"{', '.join(list(_FORMATS)[:-1])} and {list(_FORMATS)[-1]}, and "
             f"{', '.join(sorted(_RAW)[:-1])} and {sorted(_RAW)[-1]} as fixed-size raw records"
+            f"{hint}"
         )
     if scale <= 0 or record_scale <= 0:
         raise ConfigError(f"scale and record_scale must be > 0 (got {scale}, {record_scale})")
