@@ -39,6 +39,12 @@ _TRUNCATED = re.compile(r"truncated file: eof = (\d+), sblock->base_addr = \d+, 
 # it) written by a newer HDF5 (H5Fsuper.c "bad superblock version number", H5O*.c "bad
 # version number for ... message").
 _NEWER = re.compile(r"bad (superblock )?version number")
+# A version 3 superblock's status flags (its 12th byte): open for writing, and open for
+# writing in SWMR mode (H5Fpkg.h H5F_SUPER_WRITE_ACCESS, H5F_SUPER_SWMR_WRITE_ACCESS), set
+# while a writer holds the file and cleared when it closes it. (HDF5 1.10+ writers set the
+# first in a version 2 superblock too, libver='v108' as netCDF-4 writes, but HDF5 does not
+# hold a reader to it there, nor 1.8 writers to clearing it: those files are read.)
+_OPEN_FOR_WRITE = 0x01 | 0x04
 # The filters HDF5 and h5py build in, by their registered ids.
 _FILTER_NAMES = {
     1: "deflate (gzip)",
@@ -293,15 +299,16 @@ def _first_bad_chunk(ds: Any, index: Any) -> tuple[int, int, str] | None:
 def _check_magic(file: Any, name: str) -> None:
     """Refuse a file without HDF5's signature where HDF5 looks for its superblock: at 0,
     512, 1024, 2048, ... (after a user block of any power of two from 512 bytes; only up
-    to 8 KiB were looked at until 2026-12-07, and a file h5py opens was refused)."""
+    to 8 KiB were looked at until 2026-12-07, and a file h5py opens was refused); and
+    refuse one its superblock marks open for writing, as h5py's own open does."""
     size = file.seek(0, os.SEEK_END)
     first, at = b"", 0
     while at == 0 or at + 8 <= size:
         file.seek(at)
-        got = file.read(8)
-        if got == _HDF5_MAGIC:
+        got = file.read(12) or b""
+        if got[:8] == _HDF5_MAGIC:
             break
-        first = first or got
+        first = first or got[:8]
         at = at * 2 or 512
     else:
         file.seek(0)
@@ -309,6 +316,17 @@ def _check_magic(file: Any, name: str) -> None:
             f"{name}: not an HDF5 file: no signature {_HDF5_MAGIC!r} (starts with {first!r})"
         )
     file.seek(0)
+    if len(got) == 12 and got[8] >= 3 and got[11] & _OPEN_FOR_WRITE:
+        # h5py refuses such a file, but not the bytes held here (its file-object driver
+        # takes no lock, and HDF5 checks the flags where it locks): a file copied mid-write
+        # read its samples not yet written as the fill value.
+        raise FormatError(
+            f"{name}: the HDF5 file is marked open for writing (superblock status flags "
+            f"{got[11]:#04x}): its writer still has it open, or ended without closing it (a "
+            "killed job), so its samples may not all be written (h5py refuses to open it: "
+            "'file is already open for write'); wait until the writer closes it, or, where "
+            "the writer is gone and its data are checked, clear the mark (h5clear -s FILE)"
+        )
 
 
 @_counted

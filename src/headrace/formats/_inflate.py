@@ -14,6 +14,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
+from headrace._messages import RECOPY
 from headrace.errors import FormatError
 
 __all__ = ["MOST_RATIO", "inflate"]
@@ -54,21 +55,23 @@ def inflate(
             if pos + len(piece) > size:
                 raise FormatError(
                     f"{where}: corrupt: directory says {size} bytes uncompressed, found "
-                    f"{pos + len(piece)} or more"
+                    f"{pos + len(piece)} or more: {RECOPY}"
                 )
             sink(pos, piece)
             got = zlib.crc32(piece, got)
             pos += len(piece)
     except zlib.error as exc:
-        raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
+        raise FormatError(f"{where}: corrupt deflate stream ({exc}): {RECOPY}") from exc
     if not inflater.eof:
         raise FormatError(
             f"{where}: truncated or corrupt deflate stream: inflated {pos} bytes "
-            f"without reaching its end (directory says {size})"
+            f"without reaching its end (directory says {size}): {RECOPY}"
         )
     if pos != size:
         raise FormatError(
-            f"{where}: corrupt: directory says {size} bytes uncompressed, found {pos}"
+            f"{where}: corrupt: directory says {size} bytes uncompressed, found {pos}: {RECOPY}"
         )
     if got != crc:
-        raise FormatError(f"{where}: corrupt: CRC-32 is {got:08x}, directory says {crc:08x}")
+        raise FormatError(
+            f"{where}: corrupt: CRC-32 is {got:08x}, directory says {crc:08x}: {RECOPY}"
+        )

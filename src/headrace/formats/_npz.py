@@ -191,7 +191,7 @@ def _member_bytes(
         crc = zlib.crc32(raw)
         if crc != info.CRC:
             raise FormatError(
-                f"{where}: corrupt: CRC-32 is {crc:08x}, directory says {info.CRC:08x}"
+                f"{where}: corrupt: CRC-32 is {crc:08x}, directory says {info.CRC:08x}: {RECOPY}"
             )
     return raw
 
@@ -372,7 +372,7 @@ def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: in
                     break
             out += inflater.decompress(data, want - len(out))
     except zlib.error as exc:
-        raise FormatError(f"{where}: corrupt deflate stream ({exc})") from exc
+        raise FormatError(f"{where}: corrupt deflate stream ({exc}): {RECOPY}") from exc
     return out
 
 
