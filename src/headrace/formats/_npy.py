@@ -196,19 +196,22 @@ def _parse_npy_header(
     return dtype, shape, fortran, end
 
 
-def _npy_from_view(view: memoryview, where: str, leave_out: str = "") -> NDArray[np.generic]:
-    dtype, shape, fortran, offset = _parse_npy_header(view, where, leave_out)
-    count = 1
-    for d in shape:
-        count *= d
-    want = count * dtype.itemsize
-    found = len(view) - offset
+def _check_size(
+    where: str, dtype: np.dtype[np.generic], shape: tuple[int, ...], want: int, found: int
+) -> None:
+    """Refuse ``found`` payload bytes where the header says ``want``."""
     if found != want:
         what = "truncated" if found < want else "corrupt"
         raise FormatError(
             f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
             f"found {found}: {RECOPY}"
         )
+
+
+def _npy_from_view(view: memoryview, where: str, leave_out: str = "") -> NDArray[np.generic]:
+    dtype, shape, fortran, offset = _parse_npy_header(view, where, leave_out)
+    count = math.prod(shape)
+    _check_size(where, dtype, shape, count * dtype.itemsize, len(view) - offset)
     if dtype.itemsize == 0:
         # np.save writes zero-size items ('V0', 'S0', 'U0') with no payload; frombuffer
         # refuses them, so make the (empty-valued) array as np.load does (np.zeros
@@ -339,14 +342,7 @@ def npy_rows(at: Callable[[int, int], memoryview], *, name: str, size: int | Non
     dtype, shape, _, offset = npy_header(at, name)
     n = _rows(shape, name)
     if size is not None and dtype.itemsize:
-        want = math.prod(shape) * dtype.itemsize
-        found = size - offset
-        if found != want:
-            what = "truncated" if found < want else "corrupt"
-            raise FormatError(
-                f"{name}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
-                f"found {found}: {RECOPY}"
-            )
+        _check_size(name, dtype, shape, math.prod(shape) * dtype.itemsize, size - offset)
     return n
 
 

@@ -29,6 +29,7 @@ from headrace.formats._inflate import MOST_RATIO, inflate
 from headrace.formats._npy import (
     _NPY_MAGIC,
     NPY_HEAD,
+    _check_size,
     _header_end,
     _npy_from_view,
     _parse_npy_header,
@@ -269,13 +270,7 @@ def _deflated_rows(
     check_rows(shape, rows, count, name, key, first)
     row = dtype.itemsize * math.prod(shape[1:])
     # Checked before ``out`` is allocated: a forged shape (10, 2**40) asked 1 TiB for a row.
-    want, found = shape[0] * row, info.file_size - offset
-    if found != want:
-        what = "truncated" if found < want else "corrupt"
-        raise FormatError(
-            f"{where}: {what}: header says {want} data bytes ({dtype}, shape {shape}), "
-            f"found {found}: {RECOPY}"
-        )
+    _check_size(where, dtype, shape, shape[0] * row, info.file_size - offset)
     if not row or (fortran and len(shape) > 1):  # rows are not runs of bytes: whole
         payload = _member_bytes(view, info, name, True)
         return _npy_from_view(payload, where, leave_out)[rows]

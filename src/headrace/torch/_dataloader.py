@@ -14,11 +14,10 @@ from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from headrace._closing import Closing
 from headrace._shm_ring import RingConfig, WorkerBatches, mp_context
 from headrace.errors import ConfigError, StateError
+from headrace.io._ranges import whole_number
 from headrace.pipeline import Batch
 from headrace.pipeline._passes import starts_at
 from headrace.pipeline._steps import remaining_steps
@@ -34,11 +33,6 @@ __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
 # Most bytes of a chunk in a worker process: a chunk is a ring slot, and each worker has
 # prefetch_factor + 1 of them (large batches make chunks of fewer steps).
 WORKER_CHUNK_BYTES = 16 << 20
-
-
-def _is_integer(value: object) -> bool:
-    """A Python or NumPy integer, not a bool (``num_workers=True`` is no count)."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def _start_fork_server(ctx: BaseContext) -> None:
@@ -198,11 +192,11 @@ class HeadraceDataLoader(Closing):
                 "prefetch_factor, multiprocessing_context, pin_memory, copy and persistent_workers."
                 + "".join(f" {way}" for way in ways)
             )
-        if not _is_integer(num_workers) or num_workers < 0:
+        if not whole_number(num_workers) or num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0 (got {num_workers!r}).")
         num_workers = int(num_workers)  # a NumPy integer too, as the Loader takes them
         if prefetch_factor is not None and (
-            num_workers == 0 or not _is_integer(prefetch_factor) or prefetch_factor < 1
+            num_workers == 0 or not whole_number(prefetch_factor) or prefetch_factor < 1
         ):
             raise ConfigError(
                 f"prefetch_factor must be an integer >= 1, and only with num_workers > 0 "
