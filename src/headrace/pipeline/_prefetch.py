@@ -41,6 +41,7 @@ __all__ = ["END", "STALE", "Failure", "Handoff", "Prefetcher", "stale_error"]
 
 END = object()
 STALE = object()  # put after a producer is stopped: its consumer must not wait on
+NOTHING = object()  # what Handoff.take gives where no item came
 
 
 class Failure:
@@ -89,18 +90,29 @@ class Handoff:
 
     def get(self, timeout: float = 0.0) -> object:
         """The first item, waiting up to ``timeout`` s for one (:class:`queue.Empty`)."""
+        item = self.take(timeout)
+        if item is NOTHING:
+            raise queue.Empty
+        return item
+
+    def take(self, timeout: float = 0.0) -> object:
+        """The first item, waiting up to ``timeout`` s for one; :data:`NOTHING` if none
+        came. It waits outside any ``except``: a Ctrl-C landing in the wait was raised
+        "during handling of" an ``IndexError`` (and the caller's ``queue.Empty``), two
+        tracebacks of headrace's internals printed over the user's interrupt."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 item = self._items.popleft()
             except IndexError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise queue.Empty from None
-                self._arrived.acquire(timeout=left)
-                continue
-            wake(self._taken)
-            return item
+                item = NOTHING
+            if item is not NOTHING:
+                wake(self._taken)
+                return item
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return NOTHING
+            self._arrived.acquire(timeout=left)
 
     def clear(self) -> list[object]:
         """Drop every item (and wake a producer waiting for room); those dropped."""
@@ -147,18 +159,19 @@ class Prefetcher:
     def get(self, watch: StallWatch) -> tuple[object, float]:
         """The next item (a chunk's item, :data:`END`, :data:`STALE` or a :class:`Failure`),
         and how long the consumer waited for it (seconds); ``watch`` warns while it waits."""
+        item = self.queue.take()
+        if item is not NOTHING:
+            return item, 0.0
+        # The consumer is ahead of the read-ahead: it waits.
+        t0 = time.perf_counter()
+        watch.begin()
+        arrived = False
         try:
-            return self.queue.get(), 0.0
-        except queue.Empty:  # the consumer is ahead of the read-ahead: it waits
-            t0 = time.perf_counter()
-            watch.begin()
-            arrived = False
-            try:
-                item = _wait_for(self.queue, self.thread, watch)
-                arrived = item is not END and item is not STALE and not isinstance(item, Failure)
-            finally:
-                watch.end(arrived=arrived)
-            return item, time.perf_counter() - t0
+            item = _wait_for(self.queue, self.thread, watch)
+            arrived = item is not END and item is not STALE and not isinstance(item, Failure)
+        finally:
+            watch.end(arrived=arrived)
+        return item, time.perf_counter() - t0
 
     def unconsumed(self) -> Failure | None:
         """The read-ahead's error that waited in the queue, not yet taken, when the
@@ -243,21 +256,21 @@ def _wait_for(q: Handoff, producer: threading.Thread, watch: StallWatch) -> obje
     queue empty did not run in this process: it was forked after the iteration began.
     """
     while True:
-        try:
-            return q.get(timeout=min(0.5, watch.due_in()))
-        except queue.Empty:
-            watch.poll()
-            if not producer.is_alive():
-                try:
-                    # Its last item, put as it ended; or the STALE a new iteration puts
-                    # once it has stopped it (a moment after: give it that moment).
-                    return q.get(timeout=1.0)
-                except queue.Empty:
-                    raise StateError(
-                        "this iterator's read-ahead thread is not in this process (it "
-                        "forked after the iteration began): call iter(loader) again here, "
-                        "which reads on from the loader's step"
-                    ) from None
+        item = q.take(timeout=min(0.5, watch.due_in()))
+        if item is not NOTHING:
+            return item
+        watch.poll()
+        if not producer.is_alive():
+            # Its last item, put as it ended; or the STALE a new iteration puts once it
+            # has stopped it (a moment after: give it that moment).
+            item = q.take(timeout=1.0)
+            if item is not NOTHING:
+                return item
+            raise StateError(
+                "this iterator's read-ahead thread is not in this process (it forked after "
+                "the iteration began): call iter(loader) again here, which reads on from "
+                "the loader's step"
+            )
 
 
 def stale_error(*, closed: bool) -> StateError:
