@@ -95,9 +95,12 @@ class LocalS3(Closing):
         # 'moto'), which `headrace emulate s3` and `bench --storage s3` printed whole.
         missing = [m for m in ("moto", "flask") if importlib.util.find_spec(m) is None]
         if missing:
+            # Named with obstore where that is missing too: what reads from the server
+            # asked for it only at the next try.
+            extras = "emulate" if importlib.util.find_spec("obstore") else "emulate,objects"
             raise ConfigError(
                 f"the local S3 emulator runs moto's server, and {missing[0]!r} is not "
-                "installed: pip install 'headrace[emulate]' (or give an S3 endpoint of your "
+                f"installed: pip install 'headrace[{extras}]' (or give an S3 endpoint of your "
                 "own: --endpoint URL)"
             )
         self._server.start()
