@@ -136,6 +136,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure digests in this process (faster; no per-variant peak RSS)",
     )
+    parser.add_argument(
+        "--max-slowdown",
+        metavar="PCT",
+        type=float,
+        help="compare: exit 1 where a variant is slower in B than in A beyond the trials' "
+        "spread and by more than PCT percent (default 5)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
@@ -390,7 +397,8 @@ def _refuse_run_flags(args: argparse.Namespace) -> None:
     parser = argparse.ArgumentParser(add_help=False)
     configure(parser)
     defaults = vars(parser.parse_args([]))
-    taken = _ACTION_FLAGS | ({"plot"} if _is_plot(args.action) else set())
+    # --max-slowdown: compare's, refused before elsewhere
+    taken = _ACTION_FLAGS | {"max_slowdown"} | ({"plot"} if _is_plot(args.action) else set())
     given = [
         "--" + dest.replace("_", "-")  # each flag's dest is its long name
         for dest, value in vars(args).items()
@@ -494,6 +502,12 @@ def check(args: argparse.Namespace) -> list[Kind]:
     path or endpoint is touched, so a command line is checked anywhere.
     """
     _refuse_empty(args)
+    if args.max_slowdown is not None and not _is_compare(args.action):
+        # A run ignored it: a gate written as `bench --max-slowdown 5 --json b.json` gated nothing.
+        raise ConfigError(
+            "--max-slowdown is a flag of 'compare' (headrace bench compare A.json B.json "
+            "--max-slowdown PCT), not of a run or a plot; drop it here and give it to compare"
+        )
     if args.action:
         if _is_compare(args.action):
             if args.action[1] == args.action[2] == "-":
@@ -502,6 +516,12 @@ def check(args: argparse.Namespace) -> list[Kind]:
                     "headrace bench --json - | headrace bench compare A.json -"
                 )
             _refuse_run_flags(args)
+            pct = args.max_slowdown
+            if pct is not None and not 0 <= pct < 100:
+                raise ConfigError(
+                    f"--max-slowdown {pct:g}: a slowdown in percent, from 0 (fail on any "
+                    "slowdown beyond the trials' spread) to under 100; e.g. --max-slowdown 5"
+                )
             return []
         if _is_plot(args.action):
             if not args.plot:
@@ -548,11 +568,12 @@ def check(args: argparse.Namespace) -> list[Kind]:
 def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
     if _is_compare(args.action):
-        from headrace.bench._compare import compare
+        from headrace.bench._compare import MAX_SLOWDOWN, compare
 
         try:
             check(args)
-            return compare(args.action[1], args.action[2])
+            pct = MAX_SLOWDOWN if args.max_slowdown is None else args.max_slowdown
+            return compare(args.action[1], args.action[2], pct)
         except HeadraceError as exc:
             print(f"headrace bench compare: {exc}", file=sys.stderr)
             return 2

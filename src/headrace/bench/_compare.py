@@ -13,6 +13,7 @@ from headrace.bench._report import (
     au_text,
     au_thresholds,
     fresh_pass_rate,
+    fresh_passes,
     max_acc_text,
     rate_text,
     short_au,
@@ -20,7 +21,15 @@ from headrace.bench._report import (
 )
 from headrace.errors import ConfigError
 
-__all__ = ["compare", "load_report"]
+__all__ = ["MAX_SLOWDOWN", "compare", "load_report"]
+
+#: ``--max-slowdown``'s default, in percent: a variant slower in B than in A beyond the
+#: trials' spread and by more than this fails compare (exit 1).
+MAX_SLOWDOWN = 5.0
+#: Trials (files workloads: fresh passes) each report needs before compare calls a change
+#: slower or faster: every one of B's n below every one of A's m happens by chance once in
+#: C(n + m, n) runs of the same speed (3 and 3: 1 in 20; 2 and 2: 1 in 6).
+MIN_TRIALS = 3
 
 
 def load_report(path: str, *, reports: str = "two reports") -> dict[str, Any]:
@@ -167,6 +176,9 @@ def _rate(r: dict[str, Any]) -> float:
 # What makes two runs of a workload read the same samples: its data and its plan. The
 # reader's settings and the storage may differ (comparing them is what runs are for).
 _TRAIN_KEYS = ("batch_size", "seed", "world_size", "rank")
+# The [reader] settings that are the plan's too: a windowed shuffle's windows (token kinds'
+# window_mib, Parquet's and tables' window_rows) decide which samples each step reads.
+_PLAN_READER_KEYS = ("window_mib", "window_rows")
 
 
 def _definitions(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -191,6 +203,11 @@ def _differences(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list
     ]
     a, b = old.get("train") or {}, new.get("train") or {}
     said += [f"train.{k} {a.get(k)} vs {b.get(k)}" for k in _TRAIN_KEYS if a.get(k) != b.get(k)]
+    # Until 2026-12-07 other windows read DIFFERS, exit 1, as if the loader had broken.
+    a, b = old.get("reader") or {}, new.get("reader") or {}
+    said += [
+        f"reader.{k} {a.get(k)} vs {b.get(k)}" for k in _PLAN_READER_KEYS if a.get(k) != b.get(k)
+    ]
     return said
 
 
@@ -311,7 +328,54 @@ def _batch(definition: dict[str, Any] | None) -> int:
     return size if isinstance(size, int) and size > 0 else 1
 
 
-def compare(a_path: str, b_path: str) -> int:
+def _spread(r: dict[str, Any]) -> tuple[float, float, int] | None:
+    """(slowest, fastest, how many) of the trials behind the rate the table shows (a
+    files workload's: its fresh passes), in batches/s; None where the report has none
+    (hand-made, or written before the figures)."""
+    if fresh_pass_rate(r) is not None:
+        if not r.get("fresh_pass_s"):
+            return None  # the digested pass alone: no spread
+        passes = fresh_passes(r)
+        if min(passes) <= 0:
+            return None  # hand-made: no pass takes no time
+        return r["steps"] / max(passes), r["steps"] / min(passes), len(passes)
+    sp, n = r.get("batches_per_s_spread"), r.get("trials")
+    if not isinstance(sp, dict) or not _number(sp.get("min")) or not _number(sp.get("max")):
+        return None
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None  # how many trials the range spans is not said
+    return float(sp["min"]), float(sp["max"]), n
+
+
+def _change(
+    old: dict[str, Any], new: dict[str, Any], sizes: tuple[int, int], max_slowdown: float
+) -> tuple[str, bool]:
+    """B against A, with the trials' spread considered: ``SLOWER 30%`` where every trial of
+    B was slower than every trial of A and the medians differ by more than
+    ``max_slowdown`` percent (the gate: True), ``slower 3%`` under it, ``faster 14%``,
+    ``within spread`` where the trials' ranges overlap, ``? 2 trials`` where a report has
+    fewer than :data:`MIN_TRIALS`; ``-`` without the figures. Of samples/s, as B/A
+    (``sizes``: A's batch size and B's)."""
+    a, b = _spread(old), _spread(new)
+    if a is None or b is None or not _rate(old):
+        return "-", False
+    n = min(a[2], b[2])
+    if n < MIN_TRIALS:
+        return f"? {n} trial{'' if n == 1 else 's'}", False
+    ratio = _rate(new) * sizes[1] / (_rate(old) * sizes[0])
+    pct = f"{abs(1 - ratio) * 100:.0f}%" if abs(1 - ratio) >= 0.01 else f"{abs(1 - ratio):.1%}"
+    if b[1] * sizes[1] < a[0] * sizes[0]:
+        gate = (1 - ratio) * 100 > max_slowdown
+        return f"{'SLOWER' if gate else 'slower'} {pct}", gate
+    if b[0] * sizes[1] > a[1] * sizes[0]:
+        return f"faster {pct}", False
+    return "within spread", False
+
+
+def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int:
+    """Print B/A of each (workload, variant) of two reports, and whether B is slower or
+    faster beyond the trials' spread; 1 where a variant DIFFERS, FAILED in B, is SLOWER
+    by more than ``max_slowdown`` percent, or nothing was compared (a CI gate), else 0."""
     a = load_report(a_path)
     b = load_report(b_path)
     defs_a, defs_b = _definitions(a), _definitions(b)
@@ -341,16 +405,30 @@ def compare(a_path: str, b_path: str) -> int:
     both = [*a["results"], *b["results"]]
     ww = max([10, *(len(str(r["workload"])) for r in both)])
     vw = max([28, *(len(str(r["variant"])) for r in both)])
+    # B against A beyond the trials' spread, where both reports have the trials' figures
+    # (hand-made ones may not: no column).
+    changes = {
+        key: _change(
+            before[key], r, (_batch(defs_a.get(key[0])), _batch(defs_b.get(key[0]))), max_slowdown
+        )
+        for r in b["results"]
+        if (key := (r["workload"], r["variant"])) in before
+    }
+    cw = max([len(c) for c, _ in changes.values() if c != "-"], default=0)
+    cw = cw and max(cw, len("change"))
     print(
-        f"{'workload':{ww}s} {'variant':{vw}s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}{head}"
-        "  digest"
+        f"{'workload':{ww}s} {'variant':{vw}s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}"
+        + (f" {'change':{cw}s}" if cw else "")
+        + f"{head}  digest"
     )
     differ = compared = 0
+    slower: list[str] = []
     failed_a, failed_b = _failed(a), _failed(b)
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
         if old is None:
             was = "; failed in A (see its notes)" * ((r["workload"], r["variant"]) in failed_a)
+            was = was or "; not measured in A (interrupted)" * bool(a.get("interrupted"))
             print(
                 f"{r['workload']:{ww}s} {r['variant']:{vw}s} {'-':>12s} {_r(r):>12s}  only in B"
                 + was
@@ -362,8 +440,13 @@ def compare(a_path: str, b_path: str) -> int:
         ratio = _ratio(_rate(r) * _batch(defs_b.get(name)), _rate(old) * _batch(defs_a.get(name)))
         same = "not compared (other data or plan: see above)" if name in other else _same(old, r)
         cells = "".join(f" {show(old, ta):>{w}s} {show(r, tb):>{w}s}" for _, show, w in extra)
+        change, gate = changes[(name, r["variant"])]
+        if gate:
+            slower.append(f"{name}/{r['variant']} {ratio.strip()}")
         print(
-            f"{name:{ww}s} {r['variant']:{vw}s} {_r(old):>12s} {_r(r):>12s} {ratio}{cells}  {same}"
+            f"{name:{ww}s} {r['variant']:{vw}s} {_r(old):>12s} {_r(r):>12s} {ratio}"
+            + (f" {change:{cw}s}" if cw else "")
+            + f"{cells}  {same}"
         )
         differ += same.startswith("DIFFERS")
         compared += 1
@@ -371,14 +454,29 @@ def compare(a_path: str, b_path: str) -> int:
     for (workload, variant), old in before.items():
         # A variant that failed in B was "only in A", exit 0: its run broke it.
         fails = (workload, variant) in failed_b
+        # Left out of an interrupted B (not reached), it read as a variant dropped from
+        # the run: said, as a failure is.
+        lost = not fails and bool(b.get("interrupted"))
         print(
             f"{workload:{ww}s} {variant:{vw}s} {_r(old):>12s} {'-':>12s}  only in A"
             + "; FAILED in B (see its notes)" * fails
+            + "; not measured in B (interrupted)" * lost
         )
         broke += fails
     if extra and extra[0][1] is _au:
         for line in _short_au_notes(a, b):
             print(line)
+    if cw:
+        print(_change_note(max_slowdown, [c for c, _ in changes.values()]))
+    if slower:
+        # Exit 1: until 2026-12-07 compare exited 0 on any slowdown, and a CI gate read
+        # it as a pass.
+        print(
+            f"headrace bench compare: {len(slower)} variant(s) slower in B than in A beyond "
+            f"their trials' spread and by more than {max_slowdown:g}% (--max-slowdown): "
+            + ", ".join(slower),
+            file=sys.stderr,
+        )
     if broke:
         print(
             f"headrace bench compare: {broke} variant(s) failed in B that A measured (FAILED "
@@ -408,7 +506,22 @@ def compare(a_path: str, b_path: str) -> int:
             "compared; compare runs of the same workloads and variants (-w, --variants)",
             file=sys.stderr,
         )
-    return 1 if differ or broke or not compared else 0
+    return 1 if differ or broke or slower or not compared else 0
+
+
+def _change_note(max_slowdown: float, cells: list[str]) -> str:
+    """What the change column says, under the rows."""
+    note = (
+        "change: B's median against A's; slower or faster only where every trial of one "
+        "was slower than every trial of the other (each report's min-max), else within "
+        f"spread; SLOWER (exit 1): by more than {max_slowdown:g}% (--max-slowdown)"
+    )
+    if any(c.startswith("?") for c in cells):
+        note += (
+            f"; ? N trials: under {MIN_TRIALS} in a report, too few to tell a change from "
+            f"noise: run --trials {MIN_TRIALS} or more"
+        )
+    return note
 
 
 def _failed(report: dict[str, Any]) -> set[tuple[str, str]]:

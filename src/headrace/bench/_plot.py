@@ -108,14 +108,23 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         # strategy=mmap,pread) at evenly spaced positions, labelled with the value.
         log = numeric and all(float(v) > 0 for v in values)
         xs = {v: (float(v) if log else float(i)) for i, v in enumerate(values)}
-        for base, pts in lines.items():
-            pts.sort(key=lambda p: xs[p[0]])
+        for base, rows in _sweep_rows(results, key, several).items():
+            rows.sort(key=lambda p: xs[p[0]])
             label = f"{base}*" if base in short_lines else base
-            ax.plot([xs[p[0]] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            # Each point's min-max, as the bars have: the medians alone drew a trial's
+            # noise (memcpy 1.2 GB/s between 4.6 and 4.0, its trials 0.7-11) as a knee.
+            shown = [headline_rate(r) for _, r in rows]
+            gb = [h[3] for h in shown]
+            lo = [h[3] * (1 - h[1] / h[0]) if h[0] else 0.0 for h in shown]
+            hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
+            x = [xs[v] for v, _ in rows]
+            ax.errorbar(x, gb, yerr=[lo, hi], marker="o", capsize=3, label=label)
         if log:
             ax.set_xscale("log", base=2)
-        else:
-            ax.set_xticks(list(xs.values()), values)
+            ax.minorticks_off()
+        # Labelled with the swept values themselves: a log axis labelled 2^0, 2^3, 2^5
+        # (and 2^1, 2^2 where nothing ran), not the 1, 8, 32 given to --sweep.
+        ax.set_xticks(list(xs.values()), values)
         ax.set_xlabel(key)
         ax.legend()
         # From 0, as the bars are: autoscaled, 1.39 to 0.80 GB/s was drawn from 0.8 up, a
@@ -128,14 +137,10 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         hi = [h[3] * (h[2] / h[0] - 1) if h[0] else 0.0 for h in shown]
         ax.bar(range(len(gb)), gb, yerr=[lo, hi], capsize=3, color="#3a7ca5")
         ax.set_xticks(range(len(gb)), bar_labels, fontsize=8)
-    # The table's GB/s: the trials' median (bars: and min-max), a files workload's fresh
-    # passes' (of stored bytes: its gb_per_s_counts); a sweep draws no min-max, which the
-    # label claimed.
+    # The table's GB/s: the trials' median and min-max, a files workload's fresh passes'
+    # (of stored bytes: its gb_per_s_counts), as bars or (a sweep) points.
     ax.set_ylabel(
-        "GB/s of payload (10^9 B/s), as the table"
-        if sweep
-        else "GB/s of payload (10^9 B/s), median and min-max\n"
-        "(files: stored bytes, of fresh passes)"
+        "GB/s of payload (10^9 B/s), median and min-max\n(files: stored bytes, of fresh passes)"
     )
     ax.set_title("throughput")
     if has_au:
@@ -147,11 +152,20 @@ def draw_report(report: dict[str, Any], *, sweep: str | None = None) -> Any:
         ax2.bar(range(len(measured)), [r["au"] for _, r in measured], color="#81c3d7")
         limits = au_thresholds(report)
         marks = [limits.get(r["workload"], 0.9) for _, r in measured]
+        # Named in a legend: the line had a label and no legend to show it.
         if len(set(marks)) == 1:
-            ax2.axhline(marks[0], color="red", ls="--", label="AU threshold")
+            ax2.axhline(marks[0], color="red", ls="--", label=f"AU threshold {marks[0]:g}")
         else:  # each bar against its own workload's
             at = range(len(marks))
-            ax2.hlines(marks, [i - 0.45 for i in at], [i + 0.45 for i in at], color="red", ls="--")
+            ax2.hlines(
+                marks,
+                [i - 0.45 for i in at],
+                [i + 0.45 for i in at],
+                color="red",
+                ls="--",
+                label="AU threshold (each workload's)",
+            )
+        ax2.legend(loc="lower right", fontsize=8)
         # Marked as the table's AU column is: AU from short trials, whatever the kind (a
         # files workload's bars are its fresh passes, but its AU is its trials').
         au_labels = [f"{x}*" if short_au(r) else x for x, r in measured]
@@ -188,7 +202,17 @@ def sweep_lines(
     line is named ``workload/variant``: by the variant alone, ``-w tokens -w megatron``
     drew both workloads' headrace-sync as one line with two points at each value
     (``several``: whether to name them so, by default where ``results`` span several)."""
-    lines: dict[str, list[tuple[str, float]]] = {}
+    return {
+        label: [(v, headline_rate(r)[3]) for v, r in rows]
+        for label, rows in _sweep_rows(results, key, several).items()
+    }
+
+
+def _sweep_rows(
+    results: list[dict[str, Any]], key: str, several: bool | None = None
+) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """:func:`sweep_lines`'s lines, of (swept value, result)."""
+    lines: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     if several is None:
         several = len({r["workload"] for r in results}) > 1
     for r in results:
@@ -199,5 +223,5 @@ def sweep_lines(
             rest = "&".join(p for p in parts if p.partition("=")[0] != key)
             label = f"{name}?{rest}" if rest else name
             label = f"{r['workload']}/{label}" if several else label
-            lines.setdefault(label, []).append((opts[key], headline_rate(r)[3]))
+            lines.setdefault(label, []).append((opts[key], r))
     return lines
