@@ -27,6 +27,7 @@ from headrace.formats._file_samples import Sample, decode_file, pick_item
 from headrace.formats._file_window import FetchWindow
 from headrace.formats._files import FileFormat
 from headrace.formats._image_slots import ImageSlots, image_layout
+from headrace.formats._npz import Inflated
 from headrace.formats._sparse import MappedImage, SparseImage
 from headrace.formats._tar_ranges import TarImage, TarIndexes
 from headrace.io import usable_cpus
@@ -71,6 +72,8 @@ class FileDecoder:
     fetch: Callable[[int], Any] | None = None
     _pool: DaemonPool | None = field(default=None, init=False)
     _kept: int | None = field(default=None, init=False)
+    # The kept file's deflated NPZ members read by rows, inflated (see Inflated).
+    _inflated: tuple[int, Inflated] | None = field(default=None, init=False)
     # The keys of the first file decoded (name, keys): every file must hold the same.
     _keys: tuple[str, list[str]] | None = field(default=None, init=False)
     _keys_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -86,10 +89,11 @@ class FileDecoder:
         data: Any,
         into: Into | None = None,
         rows: NDArray[np.int64] | None = None,
+        inflated: Inflated | None = None,
     ) -> Sample:
         """File ``f``'s arrays (``into``: the batch's image slots; ``rows``: the samples
-        to decode, all where ``None``)."""
-        sample = self._decoded(f, data, into, rows)
+        to decode, all where ``None``; ``inflated``: its NPZ members kept inflated)."""
+        sample = self._decoded(f, data, into, rows, inflated)
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:
@@ -136,6 +140,7 @@ class FileDecoder:
         data: Any,
         into: Into | None = None,
         rows: NDArray[np.int64] | None = None,
+        inflated: Inflated | None = None,
     ) -> Sample:
         """File ``f``'s arrays, as :meth:`decode` gives them, before its keys are checked."""
         c = self.config
@@ -165,6 +170,7 @@ class FileDecoder:
             count=None if rows is None else (self.plan.count(f), self._count_says()),
             tar_index=index,
             verify=c.verify,
+            inflated=inflated,
         )
         if isinstance(data, MappedImage):
             # Copies, not views of the map (a batch must not hold a file's pages), of
@@ -317,16 +323,26 @@ class FileDecoder:
         # taken last (kept while others are taken, it would be one file too many).
         keep = last if order and last == order[-1] and self.plan.count(last) > 1 else None
         self._kept = keep
+        # Its deflated NPZ members inflated too (each read of its rows inflated them again):
+        # the last read's kept file's, for this read's rows of it; let go once it is decoded
+        # and not kept (at most one file's between reads).
+        inflated = dict([self._inflated]) if self._inflated is not None else {}
+        self._inflated = None
+        if keep is not None and rows is not None and self.format.name == "npz":
+            self._inflated = (keep, inflated.setdefault(keep, Inflated()))
 
         def done(f: int, data: Any = None) -> None:
             # A cache entry's map is not kept for the next read as it is: the rows that
             # read asks may lie in blocks not checked yet, which its own fetch checks.
             if f != keep or (isinstance(data, MappedImage) and data.checked_a_visit):
                 self.window.release(f)
+            if f != keep:
+                inflated.pop(f, None)  # its last read: its members let go now
 
         def decode(f: int, data: Any) -> Sample | DataError:
             want = None if rows is None else rows[f]
-            return self._checked(lambda: self.decode(f, data, into, want))
+            kept = inflated.get(f)
+            return self._checked(lambda: self.decode(f, data, into, want, kept))
 
         if threads == 0 or len(order) == 1:
             out = {}
@@ -392,6 +408,7 @@ class FileDecoder:
             self._pool.shutdown(wait=True)
             self._pool = None
         self._kept = None
+        self._inflated = None
 
 
 def _prune(running: list[Future[Any]]) -> None:

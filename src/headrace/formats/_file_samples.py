@@ -48,6 +48,7 @@ from headrace.formats._hdf5 import decode_hdf5
 from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import IMAGE_FORMATS, ImageMode
 from headrace.formats._npy import decode_npy_rows
+from headrace.formats._npz import Inflated
 from headrace.formats._sparse import SparseImage
 from headrace.formats._tar import TarIndex, decode_tar
 from headrace.formats._tar_ranges import TarImage
@@ -73,6 +74,7 @@ def decode_file(
     count: tuple[int, str] | None = None,
     tar_index: TarIndex | None = None,
     verify: bool = True,
+    inflated: Inflated | None = None,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG, PNG and WebP only;
     ``exif_transpose``: JPEG and WebP only; ``out``: where a JPEG or PNG is decoded when it
@@ -80,7 +82,8 @@ def decode_file(
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
     ``count``, the samples its leading axis must hold and what says so. Tar:
     ``tar_index``, the shard's index where it was walked before. TFRecord:
-    ``verify``, check each record's data CRC; ``decode=False``, each record's bytes."""
+    ``verify``, check each record's data CRC; ``decode=False``, each record's bytes. NPZ:
+    ``inflated``, where deflated members read by rows are kept for the next read."""
     if fmt.name in ("tfrecord", "array_record"):
         records = None
         if isinstance(data, RecordImage) and rows is not None:
@@ -136,7 +139,10 @@ def decode_file(
                 crc = False
             data = data.buffer
         keys = datasets or None
-        return dict(fmt.decoder(data, name=name, keys=keys, rows=rows, count=count, check_crc=crc))
+        got = fmt.decoder(
+            data, name=name, keys=keys, rows=rows, count=count, check_crc=crc, inflated=inflated
+        )
+        return dict(got)
     if fmt.name == "npy" and isinstance(data, SparseImage):
         # Read by rows (shuffle="samples"): a sparse image holding the header and the rows
         # asked; a reader of whole files (IterableFiles) has the rest read first.

@@ -38,7 +38,7 @@ from headrace.formats._npy import (
     encode_npy,
 )
 
-__all__ = ["decode_npz", "encode_npz", "npz_members", "npz_rows"]
+__all__ = ["Inflated", "decode_npz", "encode_npz", "npz_members", "npz_rows"]
 
 _ZIP_LOCAL = b"PK\x03\x04"
 
@@ -52,6 +52,42 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 # Compressed bytes read at a time to inflate a member's NPY header (~100 bytes deflated).
 _INFLATE_STEP = 512
+
+
+#: The most bytes of one file's inflated members an :class:`Inflated` keeps: a member that
+#: would take it past this is inflated by each read of its rows, as without one.
+KEPT_INFLATED = 1 << 30
+
+
+class Inflated:
+    """One file's deflated members, inflated whole and kept for the reads of its rows
+    after this one (at most :data:`KEPT_INFLATED` bytes).
+
+    Under ``shuffle="files"`` a file's rows straddle reads (the last file of one read is
+    the first of the next; the first reads, of 1, 2, 4... steps, split files most), and
+    each read inflated the members it asked rows of whole: 3 files of 64 rows of 1 MiB
+    (64 MiB members), an epoch of batches of 8 inflated ``x`` 8 times, not 3. A member is
+    known by its name, offset, sizes and CRC-32 in the zip's directory (its length and
+    CRC-32 checked when it was inflated; every check a read by rows makes is made).
+    """
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+        self._members: dict[tuple[str, int, int, int, int], NDArray[np.generic]] = {}
+
+    @staticmethod
+    def _key(info: zipfile.ZipInfo) -> tuple[str, int, int, int, int]:
+        return (info.filename, info.header_offset, info.compress_size, info.file_size, info.CRC)
+
+    def get(self, info: zipfile.ZipInfo) -> NDArray[np.generic] | None:
+        return self._members.get(self._key(info))
+
+    def fits(self, info: zipfile.ZipInfo) -> bool:
+        return self.nbytes + info.file_size <= KEPT_INFLATED
+
+    def put(self, info: zipfile.ZipInfo, arr: NDArray[np.generic]) -> None:
+        self._members[self._key(info)] = arr
+        self.nbytes += info.file_size
 
 
 #: What zipfile raises for a damaged directory. NotImplementedError is one: an entry
@@ -205,6 +241,7 @@ def decode_npz(
     check_crc: bool = True,
     rows: NDArray[np.int64] | None = None,
     count: tuple[int, str] | None = None,
+    inflated: Inflated | None = None,
 ) -> dict[str, NDArray[np.generic]]:
     """Decode an ``.npz`` file (stored or deflated members) into ``{key: array}``.
 
@@ -214,7 +251,9 @@ def decode_npz(
     member's CRC-32 (about 0.4 ms per MiB); deflated members are always checked.
     ``rows`` (increasing): only those samples of each array's leading axis, which
     must hold ``count[0]`` (a :class:`DataError` saying ``count[1]`` gives it);
-    a deflated member is inflated whole (checked as always) but only they are kept.
+    a deflated member is inflated whole (checked as always) but only they are kept,
+    or, given ``inflated`` (the file's rows are read again by the next read), kept
+    whole there and its rows taken from it (inflated once for every read of them).
     """
     view = as_bytes_view(data, name)
     infos = npz_members(_zip_infos(view, name), name)
@@ -229,7 +268,19 @@ def decode_npz(
         # The first member read held the count (a file's count is that member's).
         first = wanted[0] if key != wanted[0] else None
         if rows is not None and info.compress_type == zipfile.ZIP_DEFLATED:
-            out[key] = _deflated_rows(view, info, name, key, infos, rows, count, first)
+            kept = None if inflated is None else inflated.get(info)
+            if kept is None and inflated is not None and inflated.fits(info):
+                payload = _member_bytes(view, info, name, True)
+                _check_npy_member(payload, name, info.filename, infos)
+                kept = _npy_from_view(payload, where, _leave_out(key, infos))
+                inflated.put(info, kept)
+            if kept is None:
+                out[key] = _deflated_rows(view, info, name, key, infos, rows, count, first)
+                continue
+            check_rows(kept.shape, rows, count, name, key, first)
+            picked = kept[rows]  # a copy of those rows (not a view holding the member)
+            picked.setflags(write=False)  # as a read of them inflated
+            out[key] = picked
             continue
         payload = _member_bytes(view, info, name, check_crc)
         _check_npy_member(payload, name, info.filename, infos)
