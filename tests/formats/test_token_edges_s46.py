@@ -94,6 +94,7 @@ def test_a_packed_id_outside_the_vocabulary_names_its_shards_row(
     src.close()
 
 
+@pytest.mark.filterwarnings("ignore:.*column 'labels' is not read")  # token ids here
 def test_a_packed_dataset_listed_twice_is_refused_another_column_is_not(
     tmp_path: Path,
 ) -> None:

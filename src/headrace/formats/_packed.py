@@ -26,6 +26,7 @@ import errno
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -86,6 +87,31 @@ _NOT_PARQUET = (
     "TableSource, which pads rows instead"
 )
 
+#: Columns of an SFT dataset that say which targets count (``labels``, -100 on prompt
+#: tokens): packing reads one column, so a table holding one of these is warned of.
+_LABEL_COLUMNS = ("labels", "loss_mask")
+
+
+def _warn_unread_labels(path: str, names: Sequence[str], column: str, stacklevel: int = 3) -> None:
+    """Warn that ``path``'s label column (:data:`_LABEL_COLUMNS`) is not read.
+
+    An SFT dataset keeps ``input_ids`` and ``labels`` (-100 on the prompt). Packing
+    reads ``column`` alone and ``y`` is its next id everywhere: without a word, the
+    labels were silently dropped and the loss taken on the prompts too.
+    """
+    unread = [c for c in _LABEL_COLUMNS if c in names and c != column]
+    if unread:
+        warnings.warn(
+            f"{path}: column {unread[0]!r} is not read: packing reads {column!r} only, so "
+            f"y is the next id of {column!r} at every position, prompt tokens (labelled "
+            "-100) included, and a document's last token has the next document's first "
+            "as its target. For SFT with masked prompts use TableSource (pads each row, "
+            "keeps its labels); for a pretraining table that carries labels, filter this "
+            "warning (docs/rows.md, packed sequences)",
+            UserWarning,
+            stacklevel=stacklevel,  # table_token_files' caller
+        )
+
 
 def table_token_files(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
@@ -108,7 +134,9 @@ def table_token_files(
     int64 without nulls. Only record batch headers are read (the values stay unread
     pages). Parquet
     (encoded, compressed pages) and compressed Arrow IPC are refused: their tokens
-    are not byte ranges of the file.
+    are not byte ranges of the file. Only ``column`` is read: ``y`` is its next id
+    everywhere, so an SFT table's ``labels`` (-100 on prompts) or ``loss_mask`` column
+    is not applied, and is warned of (use ``TableSource`` for loss-masked SFT).
 
     On object storage (a ``save_to_disk`` prefix, ``.arrow`` objects, a glob or a
     list of URLs; ``store_options`` go to :class:`~headrace.io.ObjectStore`):
@@ -145,9 +173,11 @@ def table_token_files(
     versions: list[tuple[int, str]] = []
     first_rows: list[int] = []  # the dataset row each shard's rows start at
     rows = 0
-    for m, (f, (dtype, seg, starts, n, stamp)) in enumerate(
+    for m, (f, (dtype, seg, starts, n, stamp, names)) in enumerate(
         zip(files, _column_streams(pa, files, column), strict=True)
     ):
+        if m == 0:
+            _warn_unread_labels(f, names, column)
         if dtypes and dtype not in dtypes:
             raise ConfigError(
                 f"{f}: column {column!r} holds {dtype} ids, the shards before it "
@@ -185,7 +215,14 @@ def _local_version(stamp: tuple[int, int, int, int]) -> str:
     return f"{stamp[0]}:{stamp[1]}:{stamp[3]}"
 
 
-_Stream = tuple[np.dtype[Any], NDArray[np.int64], NDArray[np.int64], int, tuple[int, int, int, int]]
+_Stream = tuple[
+    np.dtype[Any],
+    NDArray[np.int64],
+    NDArray[np.int64],
+    int,
+    tuple[int, int, int, int],
+    tuple[str, ...],
+]
 
 
 def _column_streams(pa: Any, files: list[str], column: str) -> list[_Stream]:
@@ -203,7 +240,7 @@ def _column_streams(pa: Any, files: list[str], column: str) -> list[_Stream]:
 
 def _column_stream(pa: Any, path: str, column: str) -> _Stream:
     """(dtype, byte ranges (offset, length), row starts in tokens, tokens, the file's
-    (device, inode, size, mtime) stamp) of one file."""
+    (device, inode, size, mtime) stamp, its column names) of one file."""
     from headrace.formats._table_part import _Part
     from headrace.formats._table_schema import refuse_indices_mapping
 
@@ -216,7 +253,7 @@ def _column_stream(pa: Any, path: str, column: str) -> _Stream:
         segments, starts, n = _segments(part, column, dtype, layout)
     finally:
         part.close()
-    return dtype, segments, starts, n, part.stamp
+    return dtype, segments, starts, n, part.stamp, tuple(part.schema.names)
 
 
 @dataclass(frozen=True)
@@ -292,6 +329,8 @@ def _remote_stream(
         for part, (_, info) in zip(parts, objects, strict=True):
             refuse_indices_mapping(pa, part.path, part.schema)
             dtype, layout = _token_column(pa, part.path, part.schema, column)
+            if part is parts[0]:
+                _warn_unread_labels(part.path, part.schema.names, column, stacklevel=4)
             if dtypes and dtype not in dtypes:
                 raise ConfigError(
                     f"{part.path}: column {column!r} holds {dtype} ids, the shards before "
