@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import refuse_a_set
+from headrace._warn import warn_user
 from headrace.errors import ConfigError, DataError
 
 __all__ = ["Labels", "check_classes", "check_labels", "file_classes"]
@@ -152,6 +153,8 @@ def file_classes(
             "hold files (another split, a copy on object storage): remove it (them), or "
             "give classes=[...] (e.g. classes=train.classes) to number the classes yourself"
         )
+    if classes is None and labels == "folders" and rooted and len(found) == 1:
+        _tell_one_class(keys, where, next(iter(found)))
     names = sorted(found) if classes is None else list(classes)
     number = {c: i for i, c in enumerate(names)}
     if classes is not None and not found <= set(number):
@@ -170,6 +173,28 @@ def file_classes(
     out = np.fromiter((number[c] for c in named), dtype=np.int32, count=len(named))
     out.setflags(write=False)
     return tuple(names), out
+
+
+def _tell_one_class(keys: Sequence[str], where: str, name: str) -> None:
+    """Warn where the one class's files all lie in folders below it (``data/train/n01/``
+    given as ``data/``): those folders are likely the classes, and every label is 0.
+    ``ImageFolder`` says nothing; 200,000 ImageNet-like files read as one class until
+    2026-12-07."""
+    below = set()
+    for k in keys:
+        head, sep, _ = k[len(name) + 1 :].rpartition("/")
+        if not sep:
+            return  # a file of the class's own: a class of one folder, as given
+        below.add(head.partition("/")[0])
+    if len(below) < 2:
+        return
+    there = f"{where.rstrip('/')}/{name}" if where else name
+    warn_user(
+        f"{where}: labels='folders' found one class, {name!r}, whose {len(keys):,} files "
+        f"lie in {len(below):,} folders below it (e.g. {keys[0]!r}): every label is 0. "
+        f"If those folders are the classes, give the folder that holds them "
+        f"({there!r}); to keep one class, pass classes=[{name!r}]"
+    )
 
 
 def _nfc(name: str) -> str:
