@@ -534,7 +534,7 @@ class RangeReader(Closing):
             view = _mapped_view(f, offsets, lengths, end)
             if view is not None:
                 if f.network:  # a failed page there: an error now, not SIGBUS at the copy
-                    populate_ranges(f, view, offsets, lengths)
+                    populate_ranges(f, view, offsets, lengths, cfg.max_gap)
                 else:
                     ask_for_runs(view, offsets, lengths)
                 return view, offsets, pages_of_ranges(offsets, lengths), ""
