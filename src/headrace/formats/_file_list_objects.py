@@ -22,7 +22,7 @@ from headrace.formats._url_glob import (
     listed_exists,
     literal_parts,
 )
-from headrace.io import ObjectCache
+from headrace.io import ObjectCache, ObjectInfo
 from headrace.io._open_files import gone_error
 
 __all__ = [
@@ -154,10 +154,6 @@ def remote_list(
     )
 
 
-#: GETs of an object whose body is not the listed size before it is called changed.
-_SIZE_TRIES = 3
-
-
 def _listed_get(
     store: Any, keys: PackedNames, sizes: PackedSizes, etags: PackedTags
 ) -> Callable[[int], tuple[Any, Any]]:
@@ -167,28 +163,26 @@ def _listed_get(
     as token, row and table sources refuse it: served, the run would mix versions
     and a step would read other bytes on a rerun. A body of another size than
     listed with the listed ETag is a response cut short (the store or a proxy on
-    the way): asked again, up to ``_SIZE_TRIES`` GETs; :meth:`FileList.fetch` then
-    refuses what is still short.
+    the way): the store retries it with its policy (``expect``), backed off and
+    counted in its retries, where until 2026-12-07 three GETs were made at once
+    outside them; :meth:`FileList.fetch` still refuses what is short.
     """
 
     def get(i: int) -> tuple[Any, Any]:
-        for _ in range(_SIZE_TRIES):
-            try:
-                data, info = store.get_with_info(keys[i])
-            except ObjectNotFoundError as exc:
-                if ": no such object (" not in str(exc):
-                    raise  # its bucket (container) is gone: said as such
-                url = f"{store.url}/{keys[i]}"
-                raise gone_error(url, "file source", "listed", "object") from exc
-            listed = etags[i]
-            if listed is not None and info.etag is not None and info.etag != listed:
-                raise StorageError(
-                    f"{store.url}/{keys[i]}: the object changed since it was listed (ETag "
-                    f"{listed}, {sizes[i]} bytes; now {info.etag}, {info.size} bytes); a run "
-                    "reads the versions it listed: open the source again to read the new one"
-                )
-            if memoryview(data).nbytes == sizes[i]:
-                break
+        try:
+            data, info = store.get_with_info(keys[i], expect=ObjectInfo(sizes[i], etags[i]))
+        except ObjectNotFoundError as exc:
+            if ": no such object (" not in str(exc):
+                raise  # its bucket (container) is gone: said as such
+            url = f"{store.url}/{keys[i]}"
+            raise gone_error(url, "file source", "listed", "object") from exc
+        listed = etags[i]
+        if listed is not None and info.etag is not None and info.etag != listed:
+            raise StorageError(
+                f"{store.url}/{keys[i]}: the object changed since it was listed (ETag "
+                f"{listed}, {sizes[i]} bytes; now {info.etag}, {info.size} bytes); a run "
+                "reads the versions it listed: open the source again to read the new one"
+            )
         return data, info
 
     return get

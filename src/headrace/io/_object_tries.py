@@ -224,6 +224,15 @@ class Tries:
                         "transfer together; for a slow store, or a read that takes longer, "
                         f'pass store_options={{"retry": RetryPolicy({", ".join(patient)})}}'
                     )
+                else:
+                    # A 5xx or a body cut short every try: with the default policy five
+                    # tries span about 0.5 s, less than a busy store's bad moment, and
+                    # the message said only that it gave up.
+                    why += (
+                        ": the store failed every try; for a store that fails for longer, "
+                        f'pass store_options={{"retry": {_longer(policy)}}}; a Loader '
+                        "resumes from its last state_dict() once the store answers"
+                    )
             err = TransientStorageError(f"{err} ({why})")
         raise err from exc
 

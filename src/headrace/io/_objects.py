@@ -32,7 +32,13 @@ except ModuleNotFoundError as exc:  # the optional extra: say which one
     raise obstore_missing(exc) from exc
 
 from headrace._closing import Closing
-from headrace.errors import ConfigError, ObjectNotFoundError, ReadEOFError, StorageError
+from headrace.errors import (
+    ConfigError,
+    ObjectNotFoundError,
+    ReadEOFError,
+    StorageError,
+    TransientStorageError,
+)
 from headrace.io import _exit
 from headrace.io._loop import LoopThread
 from headrace.io._object_info import (
@@ -271,8 +277,16 @@ class ObjectStore(Closing):
         """The whole object (zero-copy over obstore's buffer)."""
         return self.get_with_info(key)[0]
 
-    def get_with_info(self, key: str) -> tuple[memoryview, ObjectInfo]:
+    def get_with_info(
+        self, key: str, *, expect: ObjectInfo | None = None
+    ) -> tuple[memoryview, ObjectInfo]:
         """The whole object, and the size and ETag of the version that was read.
+
+        With ``expect`` (a listing's size and ETag), a body of another size with the
+        same ETag (or none) is a body cut short, retried with the policy's backoff and
+        counted as a retry: a proxy or store that cuts a body and sends a
+        ``Content-Length`` that agrees cannot be caught otherwise. Another ETag is
+        returned as read, for the caller to refuse.
 
         Run on the store's loop (the caller waits), not as a blocking call in the
         caller's thread: :meth:`close` then cancels a GET stalled in flight at once,
@@ -280,7 +294,7 @@ class ObjectStore(Closing):
         """
         self._live(key)
         try:
-            return self._loop_thread().run(self._aget_whole(key))
+            return self._loop_thread().run(self._aget_whole(key, expect))
         except CancelledError:
             if self._closed:
                 raise StorageError(
@@ -288,7 +302,9 @@ class ObjectStore(Closing):
                 ) from None
             raise
 
-    async def _aget_whole(self, key: str) -> tuple[memoryview, ObjectInfo]:
+    async def _aget_whole(
+        self, key: str, expect: ObjectInfo | None = None
+    ) -> tuple[memoryview, ObjectInfo]:
         store = self._live(key)
         where = self.where(key)
 
@@ -298,7 +314,22 @@ class ObjectStore(Closing):
             start, end = result.range
             if len(data) != end - start:  # kept: a server's body is input (chunked, proxies)
                 raise short_read(where, len(data), end - start, None, 0)
-            return data, info_of(result.meta)
+            info = info_of(result.meta)
+            if (
+                expect is not None
+                and len(data) != expect.size
+                and (not expect.etag or not info.etag or info.etag == expect.etag)
+            ):
+                tag = (
+                    f"ETag {expect.etag} unchanged"
+                    if expect.etag and info.etag
+                    else "no ETag to tell it from a changed object"
+                )
+                raise TransientStorageError(
+                    f"{where}: response body was cut short ({len(data)} of the "
+                    f"{expect.size} bytes listed, {tag})"
+                )
+            return data, info
 
         return await self._tries.arun(where, once, lambda r: len(r[0]))
 
