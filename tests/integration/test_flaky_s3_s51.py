@@ -56,7 +56,9 @@ def test_a_file_source_reads_an_object_sent_short_three_times_as_listed(
     )
     assert _digest(src) == local
     assert proxy.stats.faults == 3
-    assert src.files.store.stats.retries == 3
+    stats = src.object_stats  # as token, row and table sources say theirs
+    assert stats is not None and stats.retries == 3
+    assert FileSource(tmp_path, format="npy").object_stats is None  # local: none
 
 
 def test_a_read_that_gives_up_on_5xx_says_what_to_do(

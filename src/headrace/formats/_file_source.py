@@ -48,7 +48,7 @@ from headrace.formats._object_files import named_url, opened_at
 from headrace.formats._tar import TarIndex
 from headrace.formats._tar_ranges import RangedTar, TarIndexes
 from headrace.formats._tfrecord_ranges import RangedTfrecord
-from headrace.io import CacheStats, ObjectCache, open_cache
+from headrace.io import CacheStats, ObjectCache, ObjectStats, open_cache
 from headrace.io._gc_pause import gc_paused
 from headrace.io._memory import available_memory
 from headrace.io._mounts import any_on_network_fs
@@ -407,6 +407,12 @@ class FileSource(Closing):
     @property
     def stats(self) -> WindowStats:
         return self.window.stats
+
+    @property
+    def object_stats(self) -> ObjectStats | None:
+        """GETs, bytes, retries and latencies of the files on object storage (``None``
+        when local), as token, row and table sources give theirs."""
+        return None if self.files.store is None else self.files.store.stats
 
     @property
     def cache_stats(self) -> CacheStats | None:
