@@ -14,12 +14,17 @@ per sample, in the same order.
 from __future__ import annotations
 
 import inspect
+import multiprocessing
+import random
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._warn import warn_user
 from headrace.errors import ConfigError
 
 __all__ = [
@@ -44,6 +49,11 @@ _TAG = 0x7472616E73666F72  # "transfor"
 KEEP_STREAMS = 1 << 32
 # How many of a failing transform's sample numbers its error's note shows.
 _SHOWN = 5
+# How many chunks of each transform (by who: "transform X") this process checks for draws from a
+# process-wide generator (~0.1-0.2 ms a chunk: the first few are enough to find a habit);
+# a transform told once is not checked again.
+_CHECKS = 8
+_CHECKED: dict[str, int] = {}
 
 
 class Samples:
@@ -90,19 +100,79 @@ def apply_transform(
 
     An error it raises gets a note naming it and its samples: its own message (a
     ``ValueError`` of a row it cannot parse) says neither, and a loader without
-    read-ahead adds no step."""
+    read-ahead adds no step. One that draws from a process-wide generator is warned
+    (:func:`_global_draws`)."""
+    name = transform_name(transform)
+    checked = _CHECKED.get(who := f"transform {name}", 0)
+    before = None if checked >= _CHECKS or not _alone() else _global_states()
     try:
         out = transform(arrays, Samples(seed, numbers))
     except StopIteration as exc:
-        raise stopped(f"transform {transform_name(transform)}", seed, numbers) from exc
+        raise stopped(f"transform {name}", seed, numbers) from exc
     except Exception as exc:
-        exc.add_note(f"in transform {transform_name(transform)}, {on_samples(seed, numbers)}")
+        exc.add_note(f"in transform {name}, {on_samples(seed, numbers)}")
         raise
+    if before is not None:
+        _CHECKED[who] = checked + 1
+        _global_draws(who, before, seed, numbers)
     return checked_rows(
-        f"transform {transform_name(transform)}",
+        f"transform {name}",
         out,
         len(numbers),
         "(the loader may pass several steps' rows at once)",
+    )
+
+
+def _alone() -> bool:
+    """Whether no training loop can draw beside this call: it runs on its process's main
+    thread (no read-ahead), or in a worker process (a DataLoader's, headrace's). A
+    transform on the read-ahead thread of the process that trains is not checked: the
+    loop's own draws meanwhile (CPU dropout, from torch's generator) would be taken for
+    the transform's."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        or multiprocessing.parent_process() is not None
+    )
+
+
+def _global_states() -> tuple[Any, ...]:
+    """The state of each process-wide generator a transform might draw from: NumPy's
+    (``np.random.rand``), Python's ``random``, and torch's where torch is imported
+    (torchvision's transforms draw from it). 0.1-0.2 ms."""
+    np_state = cast(tuple[Any, ...], np.random.get_state())  # legacy: a tuple
+    torch = sys.modules.get("torch")
+    torch_state = None
+    if torch is not None and hasattr(torch, "random"):
+        torch_state = bytes(torch.random.get_rng_state().numpy())
+    return (np_state[1].tobytes(), *np_state[2:]), random.getstate(), torch_state
+
+
+def _global_draws(who: str, before: tuple[Any, ...], seed: int, numbers: NDArray[np.int64]) -> None:
+    """Warn, once for each ``who`` (``"transform X"``), that it drew from a process-wide
+    generator: such draws depend on which process reads a chunk and what it drew
+    before, so the same seed gave other bytes on 2 workers than on 0, other bytes in a
+    fresh worker every run, and others again when resumed (until 2026-12-07 without a
+    word). Not an error: a draw the batches do not depend on (a log's sample) is the
+    user's to make, and another thread of this process may have drawn meanwhile."""
+    after = _global_states()
+    names = (
+        "NumPy's global generator (np.random.rand, np.random.randint...)",
+        "Python's `random` (random.random...)",
+        "torch's global generator (torch.rand, torchvision's transforms...)",
+    )
+    drawn = [n for n, b, a in zip(names, before, after, strict=True) if b != a]
+    if not drawn:
+        return
+    _CHECKED[who] = _CHECKS
+    warn_user(
+        f"{who} drew from {' and '.join(drawn)} {on_samples(seed, numbers)}: "
+        "those draws depend on which process transforms a chunk and what it drew before, "
+        "so its batches will not replay on another worker or host count, chunking or a "
+        "resumed run. Draw from each sample's own generator instead (for row, rng in "
+        "zip(rows, samples.rngs()): rng.random() ...), keyed by (seed, sample number). "
+        "(If another thread of this process drew meanwhile, this warning is that "
+        "thread's.)",
+        RuntimeWarning,
     )
 
 
