@@ -245,6 +245,9 @@ class Loader(Closing):
         self.stats = LoaderStats()
         self._watch = StallWatch(self.stall_warn_s, self._next_step)
         self.status = LoaderStatus.IDLE
+        # An iteration here has moved ``step`` since it was set (made, loaded): an exact
+        # pass left part way starts over (:func:`starts_at`).
+        self._moved = False
         self._producer: Prefetcher | None = None
         # A producer that a stop left inside a read, and the steps and start time of the
         # read in progress (either thread's): what close() says it left behind.
@@ -308,6 +311,7 @@ class Loader(Closing):
         with self._lock:
             producer = self._retire()
             self.seed, self.step, self.origin = st.seed, st.step, origin
+            self._moved = False
         self._stop(producer)
 
     @property
@@ -337,7 +341,7 @@ class Loader(Closing):
         """Batches the next iteration yields (this loader's steps from ``step`` to
         ``steps``); ``TypeError`` when ``steps`` is None, as for any unsized iterable.
         For a scheduler's total, use ``steps``: after a resume this is what remains."""
-        start = starts_at(self.step, self.steps, self.epochs)
+        start = starts_at(self.step, self.steps, self.epochs, self._moved)
         return remaining_steps(start, self.steps, self.step_stride, self.step_offset)
 
     def __bool__(self) -> bool:
@@ -506,6 +510,7 @@ class Loader(Closing):
             # Another thread's iteration, begun while the stop waited, is stale too.
             producer = self._retire()
             self._pass_over()
+            self._moved = True
             again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
             self.status = LoaderStatus.RUNNING
             start, generation = self.step, self._generation
@@ -523,8 +528,9 @@ class Loader(Closing):
             raise ConfigError("this loader is closed; make a new one to iterate again.")
 
     def _pass_over(self) -> None:
-        """An exact pass that is over starts again at step 0 (:func:`starts_at`)."""
-        self.step = starts_at(self.step, self.steps, self.epochs)
+        """An exact pass that is over, or left part way, starts again at step 0
+        (:func:`starts_at`)."""
+        self.step = starts_at(self.step, self.steps, self.epochs, self._moved)
 
     def _check_current(self, generation: int) -> None:
         if generation != self._generation:

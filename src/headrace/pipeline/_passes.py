@@ -159,11 +159,14 @@ def first_steps(mixture: Any, want: NDArray[np.int64], what: str) -> NDArray[np.
     return first
 
 
-def starts_at(step: int, steps: int | None, epochs: int | None) -> int:
-    """Where the next iteration starts: ``step``, or 0 for an exact pass that is over
-    (each evaluation of ``for batch in val_loader`` is the whole pass, as a DataLoader's
-    is, not nothing; a pass broken off goes on from its step, as any run does)."""
-    if epochs is not None and steps is not None and step >= steps:
+def starts_at(step: int, steps: int | None, epochs: int | None, moved: bool = False) -> int:
+    """Where the next iteration starts: ``step``, or 0 for an exact pass that is over or
+    that an iteration here left part way (``moved``: no state loaded since). Each
+    evaluation of ``for batch in val_loader`` is the whole pass, as a DataLoader's is:
+    one broken off (Lightning's 2-batch sanity check, ``limit_val_batches``, an
+    exception) made the next go on from its step, leaving out the samples before it
+    without a word. A state loaded (a pass interrupted and resumed) goes on from its step."""
+    if epochs is not None and steps is not None and (moved or step >= steps):
         return 0
     return step
 

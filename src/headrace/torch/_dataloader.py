@@ -256,7 +256,7 @@ class HeadraceDataLoader(Closing):
         (``TypeError`` when that is None). For a scheduler's total (``OneCycleLR``'s
         ``total_steps``), use ``dataset.steps``: after a resume this is what remains."""
         ds = self.dataset
-        return remaining_steps(starts_at(self.step, ds.steps, ds.epochs), ds.steps)
+        return remaining_steps(starts_at(self.step, ds.steps, ds.epochs, ds._went), ds.steps)
 
     def __bool__(self) -> bool:
         return True
@@ -264,14 +264,16 @@ class HeadraceDataLoader(Closing):
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
         # Said at iter(), not at the first next(): Lightning's fit loop makes the iterator
         # of each of max_epochs epochs, and asks an empty one for nothing.
+        moved = self.dataset._went  # an iteration left it there, no state loaded since
         self.dataset._going_again("HeadraceDataLoader")
-        return self._iterate()
+        return self._iterate(moved)
 
-    def _iterate(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
+    def _iterate(self, moved: bool) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
-        # A finished exact pass (epochs=) starts over: each evaluation is the whole pass.
-        ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs)))
+        # A finished or broken-off exact pass (epochs=) starts over: each evaluation is
+        # the whole pass.
+        ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs, moved)))
         if self.num_workers:
             # The last iteration's workers, kept if persistent (before the generation is taken).
             self._stop(keep_workers=self.persistent_workers)

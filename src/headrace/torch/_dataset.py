@@ -301,7 +301,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         """Batches the next iteration yields: from the step ``state_dict()`` names to
         ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
         its ``len()`` from here."""
-        start = starts_at(self._position(), self.steps, self.epochs)
+        start = starts_at(self._position(), self.steps, self.epochs, self._went)
         return remaining_steps(start, self.steps)
 
     def __bool__(self) -> bool:
@@ -415,9 +415,12 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 self._start, self._phase, self.seed, self.origin = self._came
         self._loaded = False
         self._read_on(in_worker=info is not None)
+        # Where this process's last iteration left it (no state loaded since): a pass
+        # broken off starts over. A worker starts where the main process's dataset stands.
+        moved = info is None and self._went
         if info is None:
             self._going_again("TorchDataset")
-        if starts_at(self._start, self.steps, self.epochs) != self._start:
+        if starts_at(self._start, self.steps, self.epochs, moved) != self._start:
             self._start = self._phase = 0  # a finished exact pass starts over
         self._close_loader()  # a new iteration supersedes the last one
         loader = Loader(
