@@ -16,7 +16,14 @@ def lazy_names(
 ) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package``: ``name`` imported from the module
     ``where[name]`` (absolute, or relative to ``package``) and kept in ``namespace``
-    (the package's globals), so it is looked up once."""
+    (the package's globals), so it is looked up once.
+
+    A name whose module cannot be imported (``ObjectStore`` without obstore) raises
+    that module's error, which says which extra to install, from ``getattr`` and
+    ``hasattr`` alike: an ``AttributeError`` would make ``hasattr`` answer ``False``,
+    but ``from package import name`` turns one into "cannot import name", without the
+    extra. Such a name is left out of the package's ``__all__``, so that ``import *``
+    works without the extra."""
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)

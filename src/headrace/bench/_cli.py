@@ -341,6 +341,22 @@ def _list_one(name: str, wl: Workload, demand: str) -> None:
     print(f"{'':10s} demand: {demand}")
 
 
+def _lines() -> Progress:
+    """Progress into a file or pipe (a job's log): a line as each phase starts and at
+    each tenth of it, as ``headrace check`` writes there; the plain bar wrote a
+    carriage return and a redraw a step, all on one line, and rich's bar nothing at
+    all (until 2026-12-07)."""
+    last: list[Any] = ["", 0]
+
+    def line(label: str, done: int, total: int) -> None:
+        pct = 100 * done // max(1, total)
+        if label != last[0] or pct >= last[1] + 10 or (pct == 100 and last[1] != 100):
+            last[:] = [label, pct]
+            print(f"{label}: {done}/{total}", file=sys.stderr, flush=True)
+
+    return line
+
+
 @contextmanager
 def _progress(quiet: bool) -> Iterator[Progress | None]:
     if quiet:
@@ -351,12 +367,20 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         from rich.progress import BarColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
     except ImportError:
+        if not sys.stderr.isatty():
+            yield _lines()
+            return
 
         def plain(label: str, done: int, total: int) -> None:
             print(f"\r{label}: {done}/{total}", end="", file=sys.stderr, flush=True)
 
         yield plain
         print(file=sys.stderr)
+        return
+    # Its own test of a terminal: FORCE_COLOR and TTY_COMPATIBLE say one is there.
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield _lines()
         return
     with RichProgress(
         "[progress.description]{task.description}",
@@ -366,7 +390,7 @@ def _progress(quiet: bool) -> Iterator[Progress | None]:
         transient=True,
         # stderr, as the plain bar: stdout is the result (the tables, gen's summary), and
         # rich wrote a blank line there when it was not a terminal.
-        console=Console(stderr=True),
+        console=console,
     ) as bar:
         task = bar.add_task("starting", total=1)
 

@@ -516,7 +516,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"slowfs: mounting {args.src} at {args.mnt} (read {config.read_latency_ms} ms, "
         f"open {config.open_latency_ms} ms, stat {config.stat_latency_ms} ms, "
-        f"cap {config.mbps or 'none'} MB/s"
+        + (f"cap {config.mbps} MB/s" if config.mbps else "no bandwidth cap")
         + "".join(
             f", failing READs of {f.to_spec()} with {errno_name(config.fail_errno)}"
             for f in config.fail_reads

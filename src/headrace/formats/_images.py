@@ -128,12 +128,15 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     _simplejpeg = None
 
 
-def _pil() -> Any:
+def _pil(name: str | None = None) -> Any:
+    """Pillow's ``Image`` module; without Pillow an error naming the image ``name`` (in
+    a set of thousands, "this image" said not which one stopped the run)."""
     try:
         from PIL import Image
-    except ImportError as exc:  # pragma: no cover
+    except ImportError as exc:
+        what = f"{name}: decoding this image" if name else "decoding this image"
         raise ConfigError(
-            "decoding this image needs Pillow: pip install 'headrace[images]'"
+            f"{what} needs Pillow, which is not installed: pip install 'headrace[images]'"
         ) from exc
     return Image
 
@@ -493,10 +496,10 @@ def _decode_jpeg(
             # Grey as stored, as Pillow decodes it: no round trip through RGB.
             if want == "L":
                 return _simplejpeg_decode(view, name, "GRAY", into)
-            return _convert_array(_simplejpeg_decode(view, name, "GRAY"), want)
+            return _convert_array(_simplejpeg_decode(view, name, "GRAY"), want, name)
         # A colour file's grey is Pillow's luma of its RGB pixels, not libjpeg's Y
         # channel (they differ by rounding): decoded as RGB, converted as Pillow does.
-        return _convert_array(_simplejpeg_decode(view, name, "RGB"), want)
+        return _convert_array(_simplejpeg_decode(view, name, "RGB"), want, name)
     return _pil_decode(view, name, "JPEG", want)
 
 
@@ -520,10 +523,10 @@ def _simplejpeg_decode(
     return got
 
 
-def _convert_array(arr: NDArray[np.uint8], mode: ImageMode) -> NDArray[np.uint8]:
+def _convert_array(arr: NDArray[np.uint8], mode: ImageMode, name: str) -> NDArray[np.uint8]:
     """``arr`` (grey or RGB) converted to ``mode`` by Pillow itself, so the rounding is
     its own (``L = (19595 R + 38470 G + 7471 B + 2**15) >> 16``, alpha 255)."""
-    pil = _pil().fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
+    pil = _pil(name).fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
     out: NDArray[np.uint8] = np.asarray(pil.convert(mode))
     return out[:, :, np.newaxis] if out.ndim == 2 else out
 
@@ -533,7 +536,7 @@ def _pil_decode(
 ) -> NDArray[np.uint8]:
     """Decode with Pillow, then ``convert(mode)`` unless the image is in ``mode``
     already (``None``: a PNG's own mode, see :func:`_png_mode`)."""
-    image_mod = _pil()
+    image_mod = _pil(name)
     with _pil_errors(image_mod, name, kind), _pil_open(image_mod, view, kind) as img:
         _check_pixels(img.size[1], img.size[0], name, kind)
         img.load()
@@ -704,7 +707,7 @@ def _png16(view: memoryview, name: str, colour: int) -> NDArray[np.uint16]:
     Pillow's (C, and exactly the PNG filters, Adam7 included); colour costs two
     decodes, one for each byte. A Pillow whose tile is not the one expected is
     refused by name: never the high bytes alone, silently."""
-    image_mod = _pil()
+    image_mod = _pil(name)
     pil_mode, rawmodes = _PNG16_RAW[colour]
     parts = []
     for rawmode in rawmodes:

@@ -327,7 +327,8 @@ class TokenWindow:
         except OSError as exc:  # a mount whose server was killed: ENOTCONN, no file named
             raise StorageError(
                 exc.errno or errno.EIO,
-                f"{self.file.path}: cannot stat ({exc.strerror or exc}){gone_hint(exc)}",
+                f"{self.file.path}: cannot stat ({exc.strerror or exc})"
+                f"{gone_hint(exc, self.file.path)}",
             ) from exc
         end = self.offset + self._bytes.size
         if now < end:

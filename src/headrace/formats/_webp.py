@@ -167,7 +167,7 @@ def decode_webp(
         raise _empty_error(name, "WebP")
     height, width, _, turn = _frame(_chunks(view, name), name)
     _check_pixels(height, width, name, "WebP")
-    image_mod = _pil()
+    image_mod = _pil(name)
     with _pil_errors(image_mod, name, "WebP"), _pil_open(image_mod, view, "WEBP") as img:
         if getattr(img, "n_frames", 1) != 1:  # pragma: no cover - refused by its headers
             raise FormatError(f"{name}: an animated WebP ({img.n_frames} frames)")

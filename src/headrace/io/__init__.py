@@ -13,6 +13,7 @@ whatever order it read them in. Strategies: ``"mmap"``, ``"pread"``,
 
 from __future__ import annotations
 
+import importlib.util as _util
 import typing
 
 from headrace._lazy import lazy_names as _lazy_names
@@ -100,6 +101,23 @@ __all__ = [
     "set_io_threads",
     "usable_cpus",
 ]
+
+
+def _have_obstore() -> bool:
+    """Whether obstore can be imported, without importing it (a blocked or broken
+    install: no)."""
+    try:
+        return _util.find_spec("obstore") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if not typing.TYPE_CHECKING and not _have_obstore():
+    # ``from headrace.io import *`` takes every name in __all__: with NumPy alone it
+    # raised ModuleNotFoundError (until 2026-12-07). ``from headrace.io import
+    # ObjectStore`` still says which extra to install (see headrace._lazy). (Checkers
+    # see the whole list: the name is typed, as its extra is in a checked install.)
+    __all__.remove("ObjectStore")
 
 # Object stores need the optional ``obstore`` extra; import it only when asked for.
 _LAZY = {

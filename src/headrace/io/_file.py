@@ -25,7 +25,7 @@ from headrace.errors import (
 )
 from headrace.io import _in_flight as in_flight
 from headrace.io._buffers import read_randomly
-from headrace.io._mounts import on_network_fs
+from headrace.io._mounts import mount_of, on_network_fs
 from headrace.io._resident import resident_ranges
 
 __all__ = ["LocalFile", "eof_error", "file_url_path", "open_error", "read_error"]
@@ -127,18 +127,24 @@ def open_error(path: str, exc: OSError) -> StorageError:
         return PermissionDeniedError(errno.EACCES, f"{path}: permission denied")
     return StorageError(
         exc.errno or errno.EIO,
-        f"{path}: cannot open ({exc.strerror or exc}){slash_hint(path)}{gone_hint(exc)}",
+        f"{path}: cannot open ({exc.strerror or exc}){slash_hint(path)}{gone_hint(exc, path)}",
     )
 
 
-def gone_hint(exc: OSError) -> str:
-    """The fix where ``exc`` says the mount under a path is gone (ENOTCONN: a FUSE
-    server that stopped, as a network mount's driver that crashed), else ``""``."""
+def gone_hint(exc: OSError, path: str | None = None) -> str:
+    """The fix where ``exc`` says the mount under ``path`` (else ``exc.filename``) is
+    gone (ENOTCONN: a FUSE server that stopped, as a network mount's driver that
+    crashed), else ``""``. Names the mount point from the mount table, without a stat
+    (it said "MNT" until 2026-12-07)."""
     if exc.errno != errno.ENOTCONN:
         return ""
+    where = path if path is not None else exc.filename
+    held = mount_of(os.fsdecode(where)) if isinstance(where, (str, bytes)) else None
+    point = held.mount if held is not None else "MOUNT_POINT"
     return (
         "; the mount it is on is gone (its FUSE server or network file system driver "
-        "stopped): unmount it (fusermount3 -u MNT, or umount -l MNT) and mount it again"
+        f"stopped): unmount it (fusermount3 -u {point}, or umount -l {point}) and mount "
+        "it again"
     )
 
 
@@ -157,7 +163,7 @@ def read_error(
     return StorageError(
         exc.errno or errno.EIO,
         f"{path}: {what} of bytes [{offset}, {offset + want}) failed after {done} bytes: "
-        f"{exc.strerror or exc}{gone_hint(exc)}",
+        f"{exc.strerror or exc}{gone_hint(exc, path)}",
     )
 
 
@@ -290,7 +296,7 @@ class LocalFile(Closing):
                 raise StorageError(
                     exc.errno or errno.EIO,
                     f"{self.path}: cannot stat {what}, to check they are one file "
-                    f"({exc.strerror or exc}){gone_hint(exc)}",
+                    f"({exc.strerror or exc}){gone_hint(exc, self.path)}",
                 ) from exc
             if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
                 os.close(dfd)
