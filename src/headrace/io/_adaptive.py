@@ -27,6 +27,14 @@ and the estimate is observed as the mapped read's cost. So a mapped probe on
 slow storage costs one round trip, not a serial walk over the whole batch; the
 rules above are unchanged, they see an estimate.
 
+On a network or FUSE mount the estimate overstates a mapped read, which
+asks for all its pages before it waits for any (``_mapped.populate_ranges``):
+1,024 cold rows through slowfs at 2 ms a READ were estimated at 4.8 ms a row,
+measured at 0.12-0.18 ms, as parallel reads. The check is kept there: timing
+real mapped probes instead made the reader switch back and forth, and a mapped
+read right after parallel ones cost 2-4x a steady one (238 against 282
+batches/s, 2026-12-07); with the two modes even there, parallel is kept.
+
 Per-row costs are exponentially smoothed (half weight to the newest). The
 policy sees only timings and only chooses *how* to read: the bytes are the
 same either way. It is pure (no clock, no I/O) so tests drive it directly.
