@@ -284,7 +284,7 @@ def test_once_each_of_its_blocks_was_checked_a_joined_entry_is_checked(tmp_path:
     c = joined(tmp_path)
     path = c.path(URL, SIZE, "e")
     st = os.stat(path)
-    key = cache_mod._checked_key(path, (st.st_dev, st.st_ino))
+    key = cache_mod._checked_key(path, st)
     out = np.zeros(SIZE, np.uint8)
     for k in [*range(10), 3, 3]:  # all but the last block, 3 thrice
         assert c.read_ranges(URL, SIZE, "e", [(k * BLOCK, k * BLOCK + 1)], out)

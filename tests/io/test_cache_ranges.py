@@ -154,12 +154,14 @@ def test_checked_entries_are_remembered_up_to_checked_then_checked_again(
     first = c.path(URL, N, "e", 0, 4096)
     out = np.zeros(N, np.uint8)
     assert c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # checked
-    raw = bytearray(Path(first).read_bytes())
-    raw[3000] ^= 1  # in place (the same file), outside the span read
-    with open(first, "r+b") as f:
-        f.write(bytes(raw))
+    key = cache_mod._checked_key(first, os.stat(first))
+    assert key in c._checked
     assert c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # remembered: not again
     assert c.read_ranges(URL, N, "e", [(4100, 4110)], out, 4096, 4096)  # forgets the first
+    assert key not in c._checked
+    raw = bytearray(Path(first).read_bytes())
+    raw[3000] ^= 1  # outside the span read: found by the whole entry's check
+    Path(first).write_bytes(bytes(raw))
     with pytest.warns(RuntimeWarning, match=r"not what was written \(checksum\)"):
         assert not c.read_ranges(URL, N, "e", [(10, 20)], out, 0, 4096)  # checked again
     assert c.stats.bad_entries == 1 and not os.path.exists(first)

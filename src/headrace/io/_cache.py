@@ -23,7 +23,7 @@ its bytes, started from its name, and an entry whose size or checksum is not
 right (a disk that lost or changed a write, or put it under another entry's
 name) is removed and its bytes read from the store again. Each entry is checked at
 its first read in a process (a joined one a block at a time), then remembered by
-its file (``CHECKED``).
+its file and its ctime (``CHECKED``: one written over in place is checked again).
 
 The cache never evicts: it fills until it holds ``max_bytes`` of disk space
 (whole filesystem blocks: a 500-byte entry takes 4 KiB on ext4; counted for
@@ -260,6 +260,7 @@ class ObjectCache:
         with f:
             trailer = np.empty(TRAILER.size, np.uint8)
             try:
+                key = _file_key(path, f)  # (before the bytes are read)
                 f.pread_into(out, 0)
                 f.pread_into(trailer, want)
             except StorageError as exc:  # EIO, or cut short under us: the store has it
@@ -269,7 +270,7 @@ class ObjectCache:
             if not self._good(path, f, trailer, want, zlib.crc32(out.data, name_seed(path))):
                 return False
             with self._lock:
-                self._remember(_checked_key(path, f.identity))
+                self._remember(key)
         self.hit(want)
         return True
 
@@ -456,7 +457,7 @@ class ObjectCache:
             return None  # (LocalFile says what and counts it)
         try:
             st = os.fstat(fd)
-            key = _checked_key(path, (st.st_dev, st.st_ino))
+            key = _checked_key(path, st)
             with self._lock:
                 if st.st_size != want + TRAILER.size:
                     return None
@@ -489,7 +490,7 @@ class ObjectCache:
         each checked once a process; else the whole entry, once (see
         :meth:`_checked_whole`). Checked whole, a joined entry was read through by
         every process at its first read of it, however few of its rows it wanted."""
-        key = _checked_key(path, f.identity)
+        key = _file_key(path, f)
         with self._lock:
             if key in self._checked:
                 return True
@@ -585,7 +586,7 @@ class ObjectCache:
     def _checked_whole(self, path: str, f: LocalFile, size: int) -> bool:
         """Whether entry ``f`` (of ``size`` bytes) holds what was written: checked once
         (its file's identity remembered, ``CHECKED`` entries at most), else removed."""
-        key = _checked_key(path, f.identity)
+        key = _file_key(path, f)
         with self._lock:
             if key in self._checked:
                 return True
@@ -931,10 +932,22 @@ def _block_seed(path: str, k: int) -> int:
     return zlib.crc32(k.to_bytes(8, "little"), name_seed(path))
 
 
-def _checked_key(path: str, identity: tuple[int, int]) -> int:
-    """How ``ObjectCache._checked`` remembers entry ``path`` as the file ``identity``
-    (``(st_dev, st_ino)``): a file renamed over it is another one, checked again."""
-    return hash((path, identity))
+def _checked_key(path: str, st: os.stat_result) -> int:
+    """How ``ObjectCache._checked`` remembers entry ``path`` as the file ``st`` describes:
+    a file renamed over it is another one (``st_ino``), and so is one written over in
+    place since (``st_ctime_ns``; a restore, a stray write: until 2026-12-07 a process
+    served an entry changed after its check, a flipped byte of an NPY array as data),
+    checked again. A write, a truncation and a ``chmod`` set the ctime; a read does not."""
+    return hash((path, st.st_dev, st.st_ino, st.st_ctime_ns))
+
+
+def _file_key(path: str, f: LocalFile) -> int:
+    """:func:`_checked_key` of entry ``path``, open as ``f`` (a failed ``fstat``, a
+    mount gone, is a failed read: the store has the bytes)."""
+    try:
+        return _checked_key(path, os.fstat(f.fd))
+    except OSError as exc:
+        raise StorageError(exc.errno or errno.EIO, f"{path}: cannot stat ({exc.strerror})") from exc
 
 
 class _Abandon(Exception):
