@@ -90,10 +90,14 @@ def main(root: Path, out: Path) -> None:
                 gathered: list[Any] = [None] * world
                 dist.all_gather_object(gathered, seen)
                 results[f"{kind}/{kind_of}/{workers}"] = [sums.tolist(), gathered]
-        # Preempted mid-pass: the state at step 2 resumes the pass in a new loader.
+        # Preempted mid-pass: the state at step 2 resumes the pass in a new loader. Saved
+        # while the iteration lives (once a loop has left it, the state names step 0, where
+        # the next iteration starts).
         dl = loader(root, kind, "headrace", 2)
-        sums, seen = evaluate(dl, kind, stop=2)
+        it = iter(dl)
+        sums, seen = evaluate(it, kind, stop=2)
         state = dl.state_dict()
+        del it
         dl.close()
         dl = loader(root, kind, "headrace", 2)
         dl.load_state_dict(state)

@@ -208,7 +208,9 @@ def test_state_round_trip_and_refusals() -> None:
     with pytest.raises(StateError, match=r"global batch size 8, this loader has 16.*Mixture"):
         st_.check(fingerprint="abc", batch_size=16, mixture=True)
     with pytest.raises(StateError, match=r"16; this loader cannot.*exact pass \(epochs=2\)"):
-        st_.check(fingerprint="abc", batch_size=16, epochs=2)
+        dataclasses.replace(st_, epochs=2).check(fingerprint="abc", batch_size=16, epochs=2)
+    with pytest.raises(StateError, match=r"training run's \(saved by a loader without epochs="):
+        st_.check(fingerprint="abc", batch_size=8, epochs=2)  # a pass resumes its own states
     with pytest.raises(StateError, match="plan version"):
         LoaderState.from_dict({**st_.to_dict(), "version": 99})
     # Version 1 planned seeds below 2**32 as version 2 does: those states load.

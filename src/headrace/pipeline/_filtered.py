@@ -26,6 +26,7 @@ from headrace.pipeline._mixture_ragged import merge_parts
 from headrace.pipeline._transform import (
     KEEP_STREAMS,
     Samples,
+    draws_checked,
     on_samples,
     transform_name,
 )
@@ -184,7 +185,8 @@ class Filtered(Wrapped):
     def _kept(self, arrays: Batch, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
         """``keep``'s answer for ``arrays``' rows, checked: one bool a row."""
         try:
-            got = self.keep(arrays, Samples(seed, samples, self._stream))
+            with draws_checked(f"{self!r}: keep", seed, samples):
+                got = self.keep(arrays, Samples(seed, samples, self._stream))
         except Exception as exc:  # its own message names neither it nor the rows
             exc.add_note(f"in {self!r}: keep, {on_samples(seed, samples)}")
             raise

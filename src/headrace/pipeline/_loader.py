@@ -53,9 +53,15 @@ from headrace.pipeline._shutdown import (
     closed_at_exit,
     left_behind,
 )
-from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch
+from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch, stall_message
 from headrace.pipeline._steps import chunked, first_owned, remaining_steps, run_over, savable
-from headrace.pipeline._transform import Transform, apply_transform, checked_rows
+from headrace.pipeline._transform import (
+    Laid,
+    Transform,
+    apply_transform,
+    checked_rows,
+    transform_name,
+)
 from headrace.plan import (
     LoaderState,
     fingerprint_digest,
@@ -105,7 +111,7 @@ class _Batches(Iterator[Batch]):
     ends quietly then: a loop that caught the error and went on (a notebook's Ctrl-C, a
     retry on storage errors) ended as if the run's data were done."""
 
-    __slots__ = ("_batches", "_ended", "_generation", "_loader")
+    __slots__ = ("__weakref__", "_batches", "_ended", "_generation", "_loader")
 
     def __init__(self, loader: Loader, batches: Iterator[Batch], generation: int) -> None:
         self._loader = loader
@@ -243,11 +249,20 @@ class Loader(Closing):
         # Where this batch size took over (LoaderState.origin_for); None: at the start.
         self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
-        self._watch = StallWatch(self.stall_warn_s, self._next_step)
+        self._watch = StallWatch(self.stall_warn_s, self._next_step, self._stall_said)
+        # The transform running now (its name, first and last step, start): a stall
+        # warning names it (time.monotonic() at its start).
+        self._transforming: tuple[str, int, int, float] | None = None
+        # Each key's first layout out of the transform: one that follows a call's rows
+        # (and so the chunking) is refused (check_laid).
+        self._laid: dict[str, Laid] = {}
         self.status = LoaderStatus.IDLE
         # An iteration here has moved ``step`` since it was set (made, loaded): an exact
         # pass left part way starts over (:func:`starts_at`).
         self._moved = False
+        # The last iteration's iterator (iter(self)), while it lives; None: none since made
+        # or loaded, or chunks() (state_dict() names its step, as before).
+        self._live: weakref.ref[_Batches] | None = None
         self._producer: Prefetcher | None = None
         # A producer that a stop left inside a read, and the steps and start time of the
         # read in progress (either thread's): what close() says it left behind.
@@ -285,9 +300,15 @@ class Loader(Closing):
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """The state to resume from: the next step this host has not yet received."""
+        """The state to resume from: the next step this host has not yet received. An exact
+        pass that a loop has left part way (its iterator gone: a ``break``, a sanity
+        check's 2 batches) names where the next iteration starts, step 0, as that loop
+        would go on: saved then, it resumed the next evaluation at the step the loop
+        broke at, leaving out the samples before it."""
         with self._lock:  # never one load_state_dict() in another thread has half set
             seed, step, origin = self.seed, self.step, self.origin
+            if self._live is not None and self._live() is None:
+                step = starts_at(step, self.steps, self.epochs, self._moved)
         return LoaderState(
             seed=seed,
             step=step,
@@ -295,6 +316,7 @@ class Loader(Closing):
             fingerprint=self._fingerprint,
             parts=self._parts,
             origin=origin,
+            epochs=self.epochs,
         ).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -311,7 +333,7 @@ class Loader(Closing):
         with self._lock:
             producer = self._retire()
             self.seed, self.step, self.origin = st.seed, st.step, origin
-            self._moved = False
+            self._moved, self._live = False, None
         self._stop(producer)
 
     @property
@@ -440,7 +462,12 @@ class Loader(Closing):
     ) -> Batch:
         if self.transform is not None:
             t0 = time.perf_counter()
-            arrays = apply_transform(self.transform, arrays, self.seed, samples)
+            name = transform_name(self.transform)
+            self._transforming = (name, steps[0], steps[-1], time.monotonic())
+            try:
+                arrays = apply_transform(self.transform, arrays, self.seed, samples, self._laid)
+            finally:
+                self._transforming = None
             self.stats.transform_s += time.perf_counter() - t0
             self._cap_chunks(steps, arrays, also=self._chunk_cap)
         if not marks:
@@ -494,8 +521,13 @@ class Loader(Closing):
     def __iter__(self) -> Iterator[Batch]:
         start, generation = self._begin()
         if self.prefetch == 0:
-            return _Batches(self, self._iter_sync(start, generation), generation)
-        return _Batches(self, self._iter_async(start, generation), generation)
+            batches = _Batches(self, self._iter_sync(start, generation), generation)
+        else:
+            batches = _Batches(self, self._iter_async(start, generation), generation)
+        with self._lock:
+            if generation == self._generation:  # (not superseded by another thread's)
+                self._live = weakref.ref(batches)
+        return batches
 
     def _begin(self, *, warn: bool = True) -> tuple[int, int]:
         """Stop the iteration under way (any thread's) and begin one: its first step and
@@ -510,7 +542,7 @@ class Loader(Closing):
             # Another thread's iteration, begun while the stop waited, is stale too.
             producer = self._retire()
             self._pass_over()
-            self._moved = True
+            self._moved, self._live = True, None
             again = self.status is LoaderStatus.RUNNING  # iterated before: not a fresh start
             self.status = LoaderStatus.RUNNING
             start, generation = self.step, self._generation
@@ -671,6 +703,10 @@ class Loader(Closing):
             finally:
                 self.stats.prefetch_s += time.perf_counter() - t1
         return None
+
+    def _stall_said(self, waited_s: float, step: int) -> str:
+        """The stall warning: this process's reads in flight, and the transform running."""
+        return stall_message(waited_s, step, reads_in_flight(), self._transforming)
 
     def _next_step(self) -> int:
         """The next step this loader yields (its own: every k-th with a ``step_stride``)."""

@@ -25,6 +25,7 @@ from headrace.pipeline._transform import (
     Transform,
     check_transform,
     checked_rows,
+    draws_checked,
     on_samples,
     stopped,
     transform_name,
@@ -115,7 +116,8 @@ class Mapped(Wrapped):
             # decoded): nothing to map; a mixture checks this source at its first read.
             return {}
         try:
-            out = self.fn(arrays, Samples(seed, samples, self._stream))
+            with draws_checked(f"{self!r}: fn", seed, samples):
+                out = self.fn(arrays, Samples(seed, samples, self._stream))
         except StopIteration as exc:  # out of the loader's generator: a bare RuntimeError
             raise stopped(f"{self!r}: fn", seed, samples) from exc
         except Exception as exc:

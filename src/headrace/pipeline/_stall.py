@@ -45,29 +45,53 @@ _SEE = ' (docs/io.md, "Stalled storage")'
 _WORDS = {"list": "listing"}  # ReadInFlight.what -> its noun
 
 
-def stall_message(waited_s: float, step: int, reads: list[ReadInFlight]) -> str:
-    """The warning for a consumer that has waited ``waited_s`` for step ``step``."""
+def stall_message(
+    waited_s: float,
+    step: int,
+    reads: list[ReadInFlight],
+    transforming: tuple[str, int, int, float] | None = None,
+) -> str:
+    """The warning for a consumer that has waited ``waited_s`` for step ``step``;
+    ``transforming``: the loader's transform running meanwhile, as ``(name, first step,
+    last step, time.monotonic() at its start)``, which a slow augmentation's wait is in
+    (its warning said "no read ... in flight (the source may be decoding...)" until
+    2026-12-07, and named no transform)."""
     head = f"headrace: no batch for {waited_s:.1f} s (step {step}): "
+    if transforming is not None:
+        name, first, last, t0 = transforming
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        said = (
+            f"transform {name} has run for {time.monotonic() - t0:.1f} s on {steps}; the "
+            "wait is the transform's: spread it over (more) worker processes "
+            "(HeadraceDataLoader(num_workers=k)), or make it cheaper (fewer Python "
+            "operations a row, work on the whole array, or on the GPU)"
+        )
+        if not reads:
+            return head + said
+        return head + said + "; meanwhile " + _reads(reads) + _SEE
     if not reads:
         said = (
             "no read, open or listing of this process is in flight (the source may be "
             "decoding, waiting for a lock, or reading in worker processes)"
         )
     else:
-        n = len(reads)
-        shown = ", ".join(str(r) for r in reads[:SHOWN])
-        more = f", and {n - SHOWN} more" if n > SHOWN else ""
-        # "1 open, 2 reads and 1 listing": by kind, the oldest's first.
-        kinds = [
-            f"{k} {_WORDS.get(w, w)}{'s' * (k > 1)}"
-            for w, k in Counter(r.what for r in reads).items()
-        ]
-        what = " and ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
-        said = (
-            f"{what} in flight, the oldest for {reads[0].age_s:.1f} s: "
-            f"{shown}{more}; stalled storage?"
-        )
+        said = _reads(reads)
     return head + said + _SEE
+
+
+def _reads(reads: list[ReadInFlight]) -> str:
+    """``"1 open and 2 reads in flight, the oldest for 3.0 s: ...; stalled storage?"``"""
+    n = len(reads)
+    shown = ", ".join(str(r) for r in reads[:SHOWN])
+    more = f", and {n - SHOWN} more" if n > SHOWN else ""
+    # "1 open, 2 reads and 1 listing": by kind, the oldest's first.
+    kinds = [
+        f"{k} {_WORDS.get(w, w)}{'s' * (k > 1)}" for w, k in Counter(r.what for r in reads).items()
+    ]
+    what = " and ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
+    return (
+        f"{what} in flight, the oldest for {reads[0].age_s:.1f} s: {shown}{more}; stalled storage?"
+    )
 
 
 def worker_stall_message(waited_s: float, step: int, worker: int, workers: int, pid: int) -> str:

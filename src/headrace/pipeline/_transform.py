@@ -19,6 +19,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, cast
 
 import numpy as np
@@ -26,6 +27,7 @@ from numpy.typing import NDArray
 
 from headrace._warn import warn_user
 from headrace.errors import ConfigError
+from headrace.pipeline._layout import widened
 
 __all__ = [
     "KEEP_STREAMS",
@@ -33,7 +35,9 @@ __all__ = [
     "Transform",
     "apply_transform",
     "check_transform",
+    "check_laid",
     "checked_rows",
+    "draws_checked",
     "on_samples",
     "stopped",
     "transform_name",
@@ -93,34 +97,99 @@ class Samples:
 Transform = Callable[[dict[str, NDArray[Any]], Samples], Mapping[str, NDArray[Any]]]
 
 
+#: A key's first layout out of a transform: dtype, per-sample shape, and whether each was
+#: the source's own (the same key's, as the transform got it).
+Laid = tuple[np.dtype[Any], tuple[int, ...], bool, bool]
+
+
 def apply_transform(
-    transform: Transform, arrays: dict[str, NDArray[Any]], seed: int, numbers: NDArray[np.int64]
+    transform: Transform,
+    arrays: dict[str, NDArray[Any]],
+    seed: int,
+    numbers: NDArray[np.int64],
+    laid: dict[str, Laid] | None = None,
 ) -> dict[str, NDArray[Any]]:
     """``transform(arrays, Samples(seed, numbers))``, checked: one row per sample, as arrays.
 
     An error it raises gets a note naming it and its samples: its own message (a
     ``ValueError`` of a row it cannot parse) says neither, and a loader without
     read-ahead adds no step. One that draws from a process-wide generator is warned
-    (:func:`_global_draws`)."""
+    (:func:`_global_draws`). ``laid``: each key's first layout out of it, kept by the
+    caller across calls (:func:`check_laid`)."""
     name = transform_name(transform)
-    checked = _CHECKED.get(who := f"transform {name}", 0)
-    before = None if checked >= _CHECKS or not _alone() else _global_states()
     try:
-        out = transform(arrays, Samples(seed, numbers))
+        with draws_checked(f"transform {name}", seed, numbers):
+            out = transform(arrays, Samples(seed, numbers))
     except StopIteration as exc:
         raise stopped(f"transform {name}", seed, numbers) from exc
     except Exception as exc:
         exc.add_note(f"in transform {name}, {on_samples(seed, numbers)}")
         raise
-    if before is not None:
-        _CHECKED[who] = checked + 1
-        _global_draws(who, before, seed, numbers)
-    return checked_rows(
+    rows = checked_rows(
         f"transform {name}",
         out,
         len(numbers),
         "(the loader may pass several steps' rows at once)",
     )
+    if laid is not None:
+        check_laid(f"transform {name}", laid, arrays, rows, seed, numbers)
+    return rows
+
+
+def check_laid(
+    who: str,
+    laid: dict[str, Laid],
+    given: Mapping[str, NDArray[Any]],
+    out: Mapping[str, NDArray[Any]],
+    seed: int,
+    numbers: NDArray[np.int64],
+) -> None:
+    """Raise a ConfigError where ``out`` (what ``who`` returned for ``given``) lays a key
+    out otherwise than its first call did (``laid``, filled here): a dtype or per-sample
+    shape that follows the rows of a call (``np.stack`` of rows of two dtypes, padding to
+    the call's longest) follows the loader's chunking, so a step came out float32 in a
+    chunk of 32 steps and uint8 with ``chunk_steps=1``, without a word until 2026-12-07.
+    Not refused: a key laid out per sample (object rows beside ``<key>_shape``), strings'
+    widths (a read's are its values'), and a dtype or shape that is the source's own
+    both times (the key as the transform got it: images of several sizes passed through,
+    each read's stacked where its samples agree). A few dict look-ups a call."""
+    for key, value in out.items():
+        dtype, shape = value.dtype, value.shape[1:]
+        first = laid.get(key)
+        if first is not None and first[0] == dtype and first[1] == shape:
+            continue  # as the first call: all a call costs (~0.5 us a key)
+        if _ragged(out, key) or (key.endswith("_shape") and _ragged(out, key[:-6])):
+            continue
+        inner = given.get(key)
+        own_dtype = inner is not None and inner.dtype == dtype
+        own_shape = inner is not None and inner.shape[1:] == shape
+        first = laid.setdefault(key, (dtype, shape, own_dtype, own_shape))
+        dtype_ok = widened(first[0], dtype) is not None or (first[2] and own_dtype)
+        if dtype_ok and (first[1] == shape or (first[3] and own_shape)):
+            continue
+        raise ConfigError(
+            f"{who} returned {key!r} as {dtype} of per-sample shape {shape} "
+            f"{on_samples(seed, numbers)}, where its first call gave {first[0]} of "
+            f"per-sample shape {first[1]}: its output follows the rows of the call, and the "
+            "loader calls it with several steps' rows at once (chunk_steps), so a step's "
+            "batch would change with the chunking, the worker count or a resume. Lay each "
+            "row out on its own: cast each row to one dtype (.astype(np.float32)), pad or "
+            "crop to a fixed size, never to the call's longest row."
+        )
+
+
+@contextmanager
+def draws_checked(who: str, seed: int, numbers: NDArray[np.int64]) -> Iterator[None]:
+    """Warn if the ``with`` block (a call of ``who``: a transform, a ``Mapped`` fn, a
+    ``Filtered`` keep) drew from a process-wide generator (:func:`_global_draws`): in
+    its first :data:`_CHECKS` calls of this process, where no training loop draws
+    beside it (:func:`_alone`). A call that raises is not checked."""
+    checked = _CHECKED.get(who, 0)
+    before = None if checked >= _CHECKS or not _alone() else _global_states()
+    yield
+    if before is not None:
+        _CHECKED[who] = checked + 1
+        _global_draws(who, before, seed, numbers)
 
 
 def _alone() -> bool:
@@ -202,6 +271,12 @@ def checked_rows(who: str, out: object, n: int, hint: str = "") -> dict[str, NDA
             )
         checked[str(key)] = value
     return checked
+
+
+def _ragged(arrays: Mapping[str, NDArray[Any]], key: str) -> bool:
+    """Whether ``key`` is laid out per sample: object rows beside ``<key>_shape``."""
+    value = arrays.get(key)
+    return value is not None and value.dtype == object and f"{key}_shape" in arrays
 
 
 def stopped(who: str, seed: int, numbers: NDArray[np.int64]) -> RuntimeError:

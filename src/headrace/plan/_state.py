@@ -283,6 +283,10 @@ class LoaderState:
     the samples the run had read before it, set by a resume with another global
     batch size (``None``: ``(0, 0)``, a run of one batch size; absent from its
     dict). Step ``t`` reads samples ``sample0 + (t - step0) * batch_size + [0, B)``.
+
+    ``epochs``: the exact pass (``Loader(..., epochs=k)``) that saved it; ``None`` (absent
+    from its dict, as states were before it) for a training run's. Over the same files the
+    two have the same fingerprint, and one's step means nothing to the other.
     """
 
     seed: int
@@ -292,6 +296,7 @@ class LoaderState:
     version: int = PLAN_VERSION
     parts: dict[str, str] | None = None
     origin: tuple[int, int] | None = None
+    epochs: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict, which deep-copies every leaf: 10 us a part, and a state
@@ -310,6 +315,8 @@ class LoaderState:
         else:
             out["origin"] = {"step": self.origin[0], "sample": self.origin[1]}
             out["version"] = ORIGIN_VERSION
+        if self.epochs is not None:  # (a training run's dict is as it was)
+            out["epochs"] = self.epochs
         return out
 
     @property
@@ -393,9 +400,12 @@ class LoaderState:
                 version=version,
                 parts=_parts(d.get("parts")),
                 origin=_origin_of(origin),
+                epochs=None if _item(d.get("epochs")) is None else _whole(d["epochs"], "epochs"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"not a headrace loader state: {d!r} ({exc})") from exc
+        if st.epochs is not None and st.epochs < 1:
+            raise StateError(f"loader state has epochs {st.epochs}; expected an integer >= 1")
         if not 0 <= st.seed < 2**63 or not 0 <= st.step < STEP_LIMIT or st.batch_size < 1:
             raise StateError(
                 f"loader state out of range: seed {st.seed} (expected [0, 2**63)), step "
@@ -436,11 +446,14 @@ class LoaderState:
         cannot be replayed, and which cannot go on with another global batch size
         (refused); nor can an exact pass (``epochs``). Any other loader resumes with
         another batch size at the first sample the run had not read
-        (:meth:`origin_for`)."""
+        (:meth:`origin_for`). ``epochs``: the loader's exact pass, which only its own
+        states resume (:meth:`_check_pass`): checked after other data (what the data is
+        comes first), before another batch size (whose fix it would then refuse)."""
         if mixture and batch_size != self.batch_size and not self._differs(parts, "batch_size"):
             # First: a mixture's description holds its batch size, whose change would
             # otherwise be told as other data. Only where nothing else differs: refused
             # for its batch size alone, the fix it gave was then refused for the data.
+            self._check_pass(epochs)
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         older = (legacy,) if isinstance(legacy, str) else legacy or ()
         if fingerprint != self.fingerprint and self.fingerprint not in older:
@@ -466,6 +479,7 @@ class LoaderState:
                 f"{told}. Same files, sizes, dtypes, sampling config and host order are "
                 f"required to resume: give the run the data it was saved with; or, {way}"
             )
+        self._check_pass(epochs)
         if mixture or epochs is not None:
             self._check_fixed_batch(batch_size, mixture=mixture, epochs=epochs)
         if mixture and self.version == 1:
@@ -483,6 +497,38 @@ class LoaderState:
                 f"'step' set to {self.step} (each source's current epoch is then shuffled "
                 "anew: some of its samples repeat, some are skipped)"
             )
+
+    def _check_pass(self, epochs: int | None) -> None:
+        """Refuse a training run's state in an exact pass (``epochs``), and the other way
+        round: over the same files both have the same fingerprint, but a training step
+        is no step of the pass (loaded, the pass began there and left out the samples
+        before it), and a pass's step no point of a training run."""
+        if epochs == self.epochs:
+            return
+        if self.epochs is None:
+            raise StateError(
+                f"loader state is a training run's (saved by a loader without epochs=, at "
+                f"step {self.step}), and this loader is an exact pass (epochs={epochs}): "
+                "its step counts the training run's batches, not this pass's, and the pass "
+                "would leave out every sample before it. Load it into the training loader it "
+                "came from; an evaluation loader needs no state (each iteration is the whole "
+                "pass), or its own state_dict(), saved during the pass (states an exact "
+                "pass saved before 2026-12-07 name no pass either: start that pass over)"
+            )
+        if epochs is None:
+            raise StateError(
+                f"loader state is an exact pass's (epochs={self.epochs}, at step "
+                f"{self.step}), and this loader is a training loader (no epochs=): load it "
+                f"into the evaluation loader it came from, Loader(..., epochs={self.epochs}) "
+                "(or TorchDataset(..., epochs=)); a training loader resumes from its own "
+                "state_dict()"
+            )
+        raise StateError(
+            f"loader state is an exact pass of epochs={self.epochs} (at step {self.step}), "
+            f"and this loader's is epochs={epochs}, which marks other rows valid and ends "
+            f"at another step: load it into a loader with epochs={self.epochs}, or start "
+            "this pass without a state"
+        )
 
     def _differs(self, parts: dict[str, str] | None, but: str) -> bool:
         """Whether a part of the description other than ``but`` differs between this

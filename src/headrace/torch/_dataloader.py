@@ -9,6 +9,7 @@ tensors are views of the slot, lent until the last of them is freed (see
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
@@ -266,7 +267,9 @@ class HeadraceDataLoader(Closing):
         # of each of max_epochs epochs, and asks an empty one for nothing.
         moved = self.dataset._went  # an iteration left it there, no state loaded since
         self.dataset._going_again("HeadraceDataLoader")
-        return self._iterate(moved)
+        batches = self._iterate(moved)
+        self.dataset._live = weakref.ref(batches)
+        return batches
 
     def _iterate(self, moved: bool) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
@@ -409,7 +412,11 @@ class HeadraceDataLoader(Closing):
 
         Under a Lightning fit loop, a batch its fetcher has taken ahead of the training
         step (from a loader without ``len()``) counts as not received."""
-        return self.dataset.state_at(self.step - lightning_prefetched(self))
+        # An exact pass a loop has left part way names step 0, where the next iteration
+        # starts (TorchDataset._resumes_at).
+        return self.dataset.state_at(
+            self.dataset._resumes_at(self.step - lightning_prefetched(self))
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the saved step; an iterator already running raises StateError."""

@@ -13,6 +13,7 @@ requires).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable, Iterator
 from multiprocessing.context import get_spawning_popen
 from multiprocessing.reduction import ForkingPickler
@@ -167,6 +168,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._fresh = False  # a worker's copy whose first iteration has not begun
         self._loads = 0  # states loaded in all: an iteration over it began before one is stale
         self._went = False  # iterated in this process since it was made or a state loaded
+        # The main process's last iteration of it (its own, or a HeadraceDataLoader's),
+        # while its iterator lives (:meth:`_resumes_at`).
+        self._live: weakref.ref[Any] | None = None
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -178,6 +182,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             fingerprint=self.fingerprint,
             parts=self._parts,
             origin=self.origin,
+            epochs=self.epochs,
         ).to_dict()
         # Checked as a loaded state is, now: a NumPy step kept as it was made a state that
         # json.dumps refuses and torch.load(weights_only=True) fails to restore.
@@ -208,13 +213,25 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                     "StatefulDataLoader (its state_dict()) "
                     "(docs/frameworks.md#resuming-which-state-to-save)"
                 )
-            return {**self.state_at(self._start), "phase": self._phase}
+            start = self._resumes_at(self._start)
+            return {**self.state_at(start), "phase": self._phase if start == self._start else 0}
         loader = self._loader
+        state = loader.state_dict()  # (step 0 for an exact pass a loop left part way)
         # An iteration of every step (in the main process) shares out none: its phase is
         # its step, or workers resumed from it share out the steps from where it began
         # (with 2 of them, worker 0's first step came after worker 1's: 6, 5, 8, 7, ...).
-        phase = self._phase if loader.step_stride > 1 else loader.step
-        return {**loader.state_dict(), "phase": phase}
+        over = state["step"] != loader.step
+        phase = self._phase if loader.step_stride > 1 and not over else state["step"]
+        return {**state, "phase": phase}
+
+    def _resumes_at(self, step: int) -> int:
+        """``step``, or where the next iteration starts once a loop in the main process has
+        left an exact pass part way (its iterator gone, no state loaded since): step 0, as
+        the Loader's state says (:meth:`~headrace.pipeline.Loader.state_dict`)."""
+        live = self._live is not None and self._live() is not None
+        if live or get_worker_info() is not None:
+            return step
+        return starts_at(step, self.steps, self.epochs, self._went)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step (saved with
@@ -359,7 +376,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 "pages do not survive a DataLoader worker queue; use "
                 "DataLoader(pin_memory=True) with num_workers > 0."
             )
-        return self._tensors(self.iter_arrays())
+        batches = self._tensors(self.iter_arrays())
+        if get_worker_info() is None:
+            self._live = weakref.ref(batches)
+        return batches
 
     def _tensors(
         self, arrays: Iterator[Batch], pin_memory: bool | None = None
@@ -501,7 +521,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
-        state["_loader"] = None
+        state["_loader"] = state["_live"] = None
         if get_spawning_popen() is None:  # a copy (pickle, copy.copy): another dataset
             state["_mailbox"] = Mailbox()
         return state
