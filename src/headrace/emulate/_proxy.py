@@ -365,7 +365,9 @@ class LatencyProxy(Closing):
             return await self._forward(request, head + body, writer, cut=cut, kept=kept)
         finally:
             with self._lock:
-                self._stats.in_flight -= 1
+                # The counters it was counted in: a reset_stats() meanwhile starts new ones,
+                # which a request of before the reset took below zero.
+                s.in_flight -= 1
 
     async def _inject(self, fault: FaultRule, writer: asyncio.StreamWriter) -> bool:
         if fault.kind == "drop":
