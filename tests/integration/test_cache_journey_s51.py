@@ -3,6 +3,7 @@ run goes on is caught, not served, by a process that had checked it already."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,30 @@ def test_a_parquet_chunk_changed_in_place_mid_run_is_read_again(
         got = run(src, seed=4)
     assert got == want
     assert src.cache_stats is not None and src.cache_stats.bad_entries > 0
+
+
+def test_an_entry_whose_fstat_fails_is_a_miss_said_by_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fault injection: the fstat that now keys a checked entry (by inode and ctime) fails
+    # (a cache_dir on a mount gone): a failed local read, the store's bytes instead.
+    import errno
+
+    from headrace.io import ObjectCache
+    from headrace.io import _cache as cache_mod
+
+    c = ObjectCache(tmp_path)
+    data = np.arange(3000, dtype=np.uint8)
+    assert c.write("s3://b/k", len(data), "e", data)
+    real = cache_mod.os.fstat
+
+    def gone(fd: int) -> os.stat_result:
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+    monkeypatch.setattr(cache_mod.os, "fstat", gone)
+    with pytest.warns(RuntimeWarning, match=r"a local read of .* failed .*Transport endpoint"):
+        assert c.read("s3://b/k", len(data), "e") is None
+    assert c.stats.errors == 1 and c.stats.misses == 1
+    monkeypatch.setattr(cache_mod.os, "fstat", real)
+    got = c.read("s3://b/k", len(data), "e")
+    assert got is not None and got.tobytes() == data.tobytes()
