@@ -34,7 +34,7 @@ import mmap
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -121,6 +121,28 @@ def interrupted_skip(stopped: BaseException) -> str:
     """Why a measurement has no figures: the probe was stopped before it ran."""
     how = "Ctrl-C" if isinstance(stopped, KeyboardInterrupt) else "SIGTERM"
     return f"not measured: the probe was interrupted ({how}) before it ran"
+
+
+def probe_report(
+    head: dict[str, Any],
+    rounds: int,
+    results: Sequence[Result],
+    skipped: list[dict[str, Any]],
+    stopped: KeyboardInterrupt | SystemExit | None,
+) -> dict[str, Any]:
+    """``head``, then its rounds' figures; raised in ProbeInterrupted if ``stopped``."""
+    out = {
+        **head,
+        "mb": "10^6 bytes",
+        "rounds": rounds,
+        #: stopped (Ctrl-C, SIGTERM) before every round was done: figures of those done
+        "interrupted": stopped is not None,
+        "results": [asdict(x) for x in results],
+        "skipped": skipped,
+    }
+    if stopped is not None:
+        raise ProbeInterrupted(out, stopped)
+    return out
 
 
 def rates(ops: int, nbytes: int, seconds: float) -> tuple[float | None, float | None]:
@@ -555,23 +577,15 @@ def probe(
     fs = filesystem_of(path)
     # tmpfs and ramfs pages are the file itself: DONTNEED cannot drop them.
     memory = fs["fstype"] in MEMORY_FS
-    report = {
+    head = {
         "path": path,
         "filesystem": fs,
         "cache": "memory" if memory else ("dropped" if drop_cache else "kept"),
         "file_bytes": file_bytes,
         #: bytes in holes (a sparse file), which read as zeros no device is asked for
         "hole_bytes": holes,
-        "mb": "10^6 bytes",
-        "rounds": rounds,
-        #: stopped (Ctrl-C, SIGTERM) before every round was done: figures of those done
-        "interrupted": stopped is not None,
-        "results": [asdict(x) for x in results],
-        "skipped": skipped,
     }
-    if stopped is not None:
-        raise ProbeInterrupted(report, stopped)
-    return report
+    return probe_report(head, rounds, results, skipped, stopped)
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import ProbeInterrupted, Result, interrupted_skip, rates
+from headrace.bench._probe import Result, interrupted_skip, probe_report, rates
 from headrace.bench._probe_table import (
     in_flight_cell,
     interrupted_note,
@@ -146,7 +146,7 @@ def probe_object(
             )
         )
     endpoint = str(store_options.get("endpoint") or "")
-    report = {
+    head = {
         "path": url,
         "filesystem": {
             "fstype": urlsplit(url).scheme,
@@ -155,16 +155,8 @@ def probe_object(
             "network": True,  # an object store: every read a round trip
         },
         "file_bytes": size,
-        "mb": "10^6 bytes",
-        "rounds": rounds,
-        #: stopped (Ctrl-C, SIGTERM) before every round was done: figures of those done
-        "interrupted": stopped is not None,
-        "results": [asdict(x) for x in results],
-        "skipped": skipped,
     }
-    if stopped is not None:
-        raise ProbeInterrupted(report, stopped)
-    return report
+    return probe_report(head, rounds, results, skipped, stopped)
 
 
 def _digest(parts: list[memoryview]) -> str:
