@@ -22,6 +22,7 @@ mapped, since the ranges are not one run of the file.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import itertools
 import os
@@ -88,26 +89,35 @@ _NOT_PARQUET = (
 )
 
 #: Columns of an SFT dataset that say which targets count (``labels``, -100 on prompt
-#: tokens): packing reads one column, so a table holding one of these is warned of.
+#: tokens): packing reads one column unless given ``labels=``, so a table holding one of
+#: these unread is warned of.
 _LABEL_COLUMNS = ("labels", "loss_mask")
 
 
-def _warn_unread_labels(path: str, names: Sequence[str], column: str, stacklevel: int = 3) -> None:
+def _warn_unread_labels(
+    path: str, names: Sequence[str], column: str, stacklevel: int = 3, labels: str | None = None
+) -> None:
     """Warn that ``path``'s label column (:data:`_LABEL_COLUMNS`) is not read.
 
     An SFT dataset keeps ``input_ids`` and ``labels`` (-100 on the prompt). Packing
-    reads ``column`` alone and ``y`` is its next id everywhere: without a word, the
-    labels were silently dropped and the loss taken on the prompts too.
+    without ``labels=`` reads ``column`` alone and ``y`` is its next id everywhere:
+    without a word, the labels were silently dropped and the loss taken on the prompts
+    too.
     """
-    unread = [c for c in _LABEL_COLUMNS if c in names and c != column]
+    unread = [c for c in _LABEL_COLUMNS if c in names and c not in (column, labels)]
     if unread:
+        fix = "For SFT with masked prompts use TableSource (pads each row, keeps its labels)"
+        if unread[0] == "labels":  # targets, as Hugging Face's; a loss_mask is not
+            fix = (
+                "To read it as the targets pass table_token_files(..., labels='labels') "
+                "and TokenSource(..., targets='documents') (no target across documents), "
+                "or use TableSource (pads each row, keeps its labels)"
+            )
         warnings.warn(
             f"{path}: column {unread[0]!r} is not read: packing reads {column!r} only, so "
             f"y is the next id of {column!r} at every position, prompt tokens (labelled "
-            "-100) included, and a document's last token has the next document's first "
-            "as its target. For SFT with masked prompts use TableSource (pads each row, "
-            "keeps its labels); for a pretraining table that carries labels, filter this "
-            "warning (docs/rows.md, packed sequences)",
+            f"-100) included. {fix}; for a pretraining table that carries labels, filter "
+            "this warning (docs/rows.md, packed sequences)",
             UserWarning,
             stacklevel=stacklevel,  # table_token_files' caller
         )
@@ -117,6 +127,7 @@ def table_token_files(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     column: str = "input_ids",
     *,
+    labels: str | None = None,
     store_options: Mapping[str, Any] | None = None,
     in_flight: int = DEFAULT_IN_FLIGHT,
 ) -> list[TokenFile]:
@@ -136,7 +147,15 @@ def table_token_files(
     (encoded, compressed pages) and compressed Arrow IPC are refused: their tokens
     are not byte ranges of the file. Only ``column`` is read: ``y`` is its next id
     everywhere, so an SFT table's ``labels`` (-100 on prompts) or ``loss_mask`` column
-    is not applied, and is warned of (use ``TableSource`` for loss-masked SFT).
+    is not applied, and is warned of, unless read with ``labels``.
+
+    ``labels``: a column of targets beside ``column`` (Hugging Face SFT's ``labels``:
+    -100 on prompt tokens, else the ids, unshifted), read as a second stream of the
+    same rows (``TokenFile.labels``): ``TokenSource`` then gives ``y[p]`` the label of
+    the token after ``x[p]`` (``labels[s + p + 1]``, the model's shift). Every row of
+    it must hold as many values as ``column``'s: another length is refused at open,
+    naming the file, record batch and row. Its values are of the same types as ids
+    (int64 as ``datasets`` writes labels; -100 needs a signed one).
 
     On object storage (a ``save_to_disk`` prefix, ``.arrow`` objects, a glob or a
     list of URLs; ``store_options`` go to :class:`~headrace.io.ObjectStore`):
@@ -151,33 +170,51 @@ def table_token_files(
         _path_list,
         _resolve,
         dataset_columns,
-        saved_fingerprint,
     )
 
+    if labels is not None and (not isinstance(labels, str) or labels == column):
+        raise ConfigError(
+            f"labels must name a column of targets other than {column!r}, e.g. 'labels' "
+            f"(got labels={labels!r})"
+        )
     paths = _path_list(path)
     shown = dataset_columns(path, None)
-    if shown is not None and column not in shown:
-        raise ConfigError(f"this Dataset has no column {column!r}; it shows {shown}")
+    for c in (column, labels):
+        if shown is not None and c is not None and c not in shown:
+            raise ConfigError(f"this Dataset has no column {c!r}; it shows {shown}")
     remote = [os.fspath(p) for p in paths if is_object_url(os.fspath(p))]
     check_store_options(store_options, remote=bool(remote))
     if remote:
         if len(remote) != len(paths):
             raise ConfigError("a dataset's files are all local paths or all object URLs (got both)")
         where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else remote
-        return [_remote_stream(where, column, dict(store_options or {}), in_flight)]
+        return [_remote_stream(where, column, dict(store_options or {}), in_flight, labels)]
     root, files = _resolve(path if isinstance(path, (str, os.PathLike)) else paths)
     pa = _pa()
+    streams = (
+        _column_streams(pa, files, column)
+        if labels is None
+        else _column_streams(pa, files, column, labels)
+    )
+    _warn_unread_labels(files[0], streams[0][0][5], column, labels=labels)
+    ids = _local_file(root, files, column, [s for s, _ in streams])
+    if labels is None:
+        return [ids]
+    said = _local_file(root, files, labels, [s for _, s in streams if s is not None])
+    return [dataclasses.replace(ids, labels=said)]
+
+
+def _local_file(root: str, files: list[str], column: str, streams: list[_Stream]) -> TokenFile:
+    """The :class:`TokenFile` of ``column``'s rows in local ``files``, one stream."""
+    from headrace.formats._table_paths import saved_fingerprint
+
     dtypes: set[np.dtype[Any]] = set()
     segments, bounds = [], []
     tokens = 0
     versions: list[tuple[int, str]] = []
     first_rows: list[int] = []  # the dataset row each shard's rows start at
     rows = 0
-    for m, (f, (dtype, seg, starts, n, stamp, names)) in enumerate(
-        zip(files, _column_streams(pa, files, column), strict=True)
-    ):
-        if m == 0:
-            _warn_unread_labels(f, names, column)
+    for m, (f, (dtype, seg, starts, n, stamp, _)) in enumerate(zip(files, streams, strict=True)):
         if dtypes and dtype not in dtypes:
             raise ConfigError(
                 f"{f}: column {column!r} holds {dtype} ids, the shards before it "
@@ -193,21 +230,19 @@ def table_token_files(
     if tokens == 0:
         raise DataError(f"{root}: column {column!r} holds no tokens in {len(files)} file(s)")
     # An empty row starts where the next one does: a document of no tokens, harmless.
-    return [
-        TokenFile(
-            path=files[0] if len(files) == 1 else root,
-            dtype=dtypes.pop(),
-            num_tokens=tokens,
-            format=f"arrow:{column}",
-            members=tuple(files),
-            segments=np.concatenate(segments).astype(np.int64).reshape(-1, 3),
-            bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
-            dataset=saved_fingerprint(root),
-            # The byte ranges are of these versions of the shards: read from no other.
-            member_stamps=tuple(versions),
-            member_rows=tuple(first_rows),
-        )
-    ]
+    return TokenFile(
+        path=files[0] if len(files) == 1 else root,
+        dtype=dtypes.pop(),
+        num_tokens=tokens,
+        format=f"arrow:{column}",
+        members=tuple(files),
+        segments=np.concatenate(segments).astype(np.int64).reshape(-1, 3),
+        bounds=np.concatenate([*bounds, [tokens]]).astype(np.int64),
+        dataset=saved_fingerprint(root),
+        # The byte ranges are of these versions of the shards: read from no other.
+        member_stamps=tuple(versions),
+        member_rows=tuple(first_rows),
+    )
 
 
 def _local_version(stamp: tuple[int, int, int, int]) -> str:
@@ -225,22 +260,27 @@ _Stream = tuple[
 ]
 
 
-def _column_streams(pa: Any, files: list[str], column: str) -> list[_Stream]:
+def _column_streams(
+    pa: Any, files: list[str], column: str, labels: str | None = None
+) -> list[tuple[_Stream, _Stream | None]]:
     """:func:`_column_stream` of every file, side by side on the deep I/O pool: each
     is a walk of round trips (the file's record batch headers, then its offsets),
     which one file after another added up on a network mount. Every file is done
     before the first error (by file order) is raised, the others named
     (:func:`~headrace._messages.first_failed`), as a table's and object storage's are."""
-    futures = [deep_io_pool().submit(_column_stream, pa, f, column) for f in files]
+    futures = [deep_io_pool().submit(_column_stream, pa, f, column, labels) for f in files]
     failed = [(f, e) for f, e in zip(files, failures_of(futures), strict=True) if e is not None]
     if failed:
         raise first_failed(failed, "of the table failed to open too")
     return [f.result() for f in futures]
 
 
-def _column_stream(pa: Any, path: str, column: str) -> _Stream:
+def _column_stream(
+    pa: Any, path: str, column: str, labels: str | None = None
+) -> tuple[_Stream, _Stream | None]:
     """(dtype, byte ranges (offset, length), row starts in tokens, tokens, the file's
-    (device, inode, size, mtime) stamp, its column names) of one file."""
+    (device, inode, size, mtime) stamp, its column names) of one file, for ``column``
+    and for ``labels`` (``None`` without), whose rows are checked to be as long."""
     from headrace.formats._table_part import _Part
     from headrace.formats._table_schema import refuse_indices_mapping
 
@@ -251,9 +291,42 @@ def _column_stream(pa: Any, path: str, column: str) -> _Stream:
             raise ConfigError(f"{path}: {_NOT_PARQUET}")
         dtype, layout = _token_column(pa, path, part.schema, column)
         segments, starts, n = _segments(part, column, dtype, layout)
+        said: _Stream | None = None
+        if labels is not None:
+            ltype, llayout = _token_column(pa, path, part.schema, labels)
+            lsegs, lstarts, ln = _segments(part, labels, ltype, llayout)
+            rows = [b.num_rows for b in part.batches]
+            check_aligned(path, (column, starts, n), (labels, lstarts, ln), rows)
+            said = (ltype, lsegs, lstarts, ln, part.stamp, tuple(part.schema.names))
     finally:
         part.close()
-    return dtype, segments, starts, n, part.stamp, tuple(part.schema.names)
+    return (dtype, segments, starts, n, part.stamp, tuple(part.schema.names)), said
+
+
+def check_aligned(
+    path: str,
+    ids: tuple[str, NDArray[np.int64], int],
+    labels: tuple[str, NDArray[np.int64], int],
+    batch_rows: Sequence[int],
+) -> None:
+    """Refuse a labels column whose rows are not as long as the ids' (each a column's
+    name, its rows' first token and its tokens): a label is the target of the token at
+    its place, so another length would pair every later token with another's label."""
+    (column, starts, n), (name, lstarts, ln) = ids, labels
+    lengths = np.diff(np.append(starts, n))
+    llengths = np.diff(np.append(lstarts, ln))
+    differ = np.flatnonzero(lengths != llengths)
+    if not differ.size:
+        return
+    r = int(differ[0])
+    b = int(np.searchsorted(np.cumsum(batch_rows), r, side="right"))
+    raise DataError(
+        f"{path}: row {r} (record batch {b}) has {int(llengths[r])} values in column "
+        f"{name!r} but {int(lengths[r])} ids in {column!r} ({differ.size} rows differ): "
+        "labels are read as the targets of the ids, one a token, so each row needs as "
+        f"many; write {name!r} again from {column!r} (Hugging Face SFT: the ids with "
+        "the prompt's set to -100)"
+    )
 
 
 @dataclass(frozen=True)
@@ -302,9 +375,14 @@ def _token_column(pa: Any, path: str, schema: Any, column: str) -> tuple[np.dtyp
 
 
 def _remote_stream(
-    path: str | list[str], column: str, store_options: dict[str, Any], in_flight: int
+    path: str | list[str],
+    column: str,
+    store_options: dict[str, Any],
+    in_flight: int,
+    labels: str | None = None,
 ) -> TokenFile:
-    """:func:`table_token_files` on object storage: the headers walked, row offsets fetched."""
+    """:func:`table_token_files` on object storage: the headers walked, row offsets fetched
+    (of ``labels`` too, where given)."""
     from headrace.formats._arrow_remote import RemoteArrow
     from headrace.formats._table_layout import IPC_SUFFIXES
     from headrace.formats._table_part import _pa
@@ -312,6 +390,7 @@ def _remote_stream(
     from headrace.formats._table_schema import refuse_indices_mapping
 
     pa = _pa()
+    columns = [column] if labels is None else [column, labels]
     files = ObjectFiles(store_options, check_in_flight(in_flight), name="headrace-pack")
     try:
         root, objects, saved = resolve_urls(path, files)
@@ -324,25 +403,30 @@ def _remote_stream(
                 "an object's name says how it is read: name it .arrow if it is one"
             )
         parts = RemoteArrow.open_all(objects, files, pa)
-        dtypes: set[np.dtype[Any]] = set()
-        plans = []
+        dtypes: list[set[np.dtype[Any]]] = [set() for _ in columns]
+        plans: list[list[Any]] = [[] for _ in columns]  # a column's, an object's
         for part, (_, info) in zip(parts, objects, strict=True):
             refuse_indices_mapping(pa, part.path, part.schema)
-            dtype, layout = _token_column(pa, part.path, part.schema, column)
-            if part is parts[0]:
-                _warn_unread_labels(part.path, part.schema.names, column, stacklevel=4)
-            if dtypes and dtype not in dtypes:
-                raise ConfigError(
-                    f"{part.path}: column {column!r} holds {dtype} ids, the shards before "
-                    f"it {dtypes.pop()}: one stream needs one dtype"
-                )
-            dtypes.add(dtype)
             handle = files.open(part.path, info.size, info.etag)
-            plans.append(_offset_reads(pa, part, handle, column, layout))
+            for c, name in enumerate(columns):
+                dtype, layout = _token_column(pa, part.path, part.schema, name)
+                if part is parts[0] and c == 0:
+                    _warn_unread_labels(
+                        part.path, part.schema.names, column, stacklevel=4, labels=labels
+                    )
+                if dtypes[c] and dtype not in dtypes[c]:
+                    raise ConfigError(
+                        f"{part.path}: column {name!r} holds {dtype} ids, the shards before "
+                        f"it {dtypes[c].pop()}: one stream needs one dtype"
+                    )
+                dtypes[c].add(dtype)
+                plans[c].append(_offset_reads(pa, part, handle, name, layout))
         # Every object's row offsets fetched before the first failure (by object order)
         # is raised, each object whose GETs failed (a 403, 5xx after the retries, gone
         # since the listing) named, as those whose headers failed are.
-        each = [[f for _, _, _, fs in reads for f in fs] for _, reads in plans]
+        each = [
+            [f for col in plans for _, _, _, fs in col[i][1] for f in fs] for i in range(len(parts))
+        ]
         errors = iter(failures_of([f for fs in each for f in fs]))
         failed = []
         for part, fs in zip(parts, each, strict=True):
@@ -353,15 +437,40 @@ def _remote_stream(
             raise first_failed(failed, "of the table failed to open too")
     finally:
         files.close()
-    dtype = dtypes.pop()
+    made = [
+        _remote_file(root, saved, objects, parts, name, dtypes[c].pop(), [r for _, r in plans[c]])
+        for c, name in enumerate(columns)
+    ]
+    if labels is None:
+        return made[0][0]
+    (ids, starts), (said, lstarts) = made
+    for part, a, b in zip(parts, starts, lstarts, strict=True):
+        check_aligned(part.path, (column, *a), (labels, *b), part.index.rows)
+    return dataclasses.replace(ids, labels=said)
+
+
+def _remote_file(
+    root: str,
+    saved: str | None,
+    objects: Sequence[tuple[str, Any]],
+    parts: Sequence[Any],
+    column: str,
+    dtype: np.dtype[Any],
+    plans: Sequence[list[tuple[int, int, NDArray[Any], list[Future[None]]]]],
+) -> tuple[TokenFile, list[tuple[NDArray[np.int64], int]]]:
+    """The :class:`TokenFile` of ``column`` in ``objects`` from its fetched row offsets
+    (``plans``: :func:`_offset_reads` of each object), and each object's (row starts in
+    tokens, tokens)."""
     isz = dtype.itemsize
     segments: list[tuple[int, int, int]] = []
     bounds: list[NDArray[np.int64]] = []
     tokens = 0
     first_rows: list[int] = []  # the dataset row each shard's rows start at
     rows = 0
-    for m, (part, reads) in enumerate(zip(parts, [r for _, r in plans], strict=True)):
+    each: list[tuple[NDArray[np.int64], int]] = []
+    for m, (part, reads) in enumerate(zip(parts, plans, strict=True)):
         first_rows.append(rows)
+        before = len(bounds)
         for b, (at, limit, fetched, _) in enumerate(reads):
             row = rows - first_rows[-1]
             if fetched.ndim == 2:  # a list view's offsets and sizes
@@ -380,10 +489,13 @@ def _remote_stream(
             )
             bounds.append(tokens + rel)
             tokens += int(lengths.sum())
+        mine = np.concatenate([*bounds[before:], np.zeros(0, np.int64)]).astype(np.int64)
+        base = int(mine[0]) if mine.size else tokens
+        each.append((mine - base, tokens - base))
     urls = [u for u, _ in objects]
     if tokens == 0:
         raise DataError(f"{root}: column {column!r} holds no tokens in {len(urls)} file(s)")
-    return TokenFile(
+    made = TokenFile(
         path=urls[0] if len(urls) == 1 else root,
         dtype=dtype,
         num_tokens=tokens,
@@ -395,6 +507,7 @@ def _remote_stream(
         member_infos=tuple((info.size, info.etag) for _, info in objects),
         member_rows=tuple(first_rows),
     )
+    return made, each
 
 
 def _offset_reads(

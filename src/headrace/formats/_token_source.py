@@ -116,6 +116,29 @@ class TokenSource(WindowCache):
     Megatron index's document bounds (every file must have an ``.idx``; 8 bytes
     per document, kept per file).
 
+    ``targets="documents"`` (with ``positions``): ``y[p]`` is ``ignore_index`` wherever
+    its target begins a document (the token after ``x[p]``, at stream offset
+    ``s + p + 1``, is a document's first), so no document's last token is trained to
+    predict the next document's first, as Hugging Face's ``DataCollatorWithFlattening``
+    masks each sequence's first label. The documents are those of ``positions``:
+    ``"documents"``, the bounds (a table's rows, a Megatron index's documents), the last
+    column included, which ``position_ids`` cannot tell; ``"eos"``, ``y[p]`` where
+    ``x[p]`` is ``eos_id``; ``"bos"``, where ``y[p]`` is ``bos_id``.
+
+    A table read with ``table_token_files(..., labels="labels")`` gives ``y`` from its
+    labels column instead: ``y[p] = labels[s + p + 1]`` (Hugging Face labels are
+    unshifted, the model shifts: the same pairs), the labels' own -100 kept, and with
+    ``targets="documents"`` masked as above. Its windows are read beside the ids',
+    through the same plan (a second window of up to ``window_bytes`` times the labels'
+    itemsize over the ids'). ``vocab_size`` checks the ids (``x``, and what ``y`` would
+    be without labels), not the labels.
+
+    ``ignore_index`` (-100 by default, PyTorch's ``cross_entropy``'s and Hugging Face's,
+    as ``TableSource``'s; only with ``targets`` or labels): with either, ``y`` is a
+    signed copy, int32 for uint16 or int32 targets, int64 for uint32 or int64 ones
+    (``x`` keeps the ids' dtype), and the batch's ``ignore_index`` marks the masked
+    targets. Both are in the fingerprint (a state of another setting is refused).
+
     ``vocab_size``: every token of a batch (``x`` and ``y``) must be an id in
     ``[0, vocab_size)``; a batch holding one outside is refused (``FormatError``
     naming the file, the token offset and the id; for a table's column, its
@@ -160,6 +183,9 @@ class TokenSource(WindowCache):
     pad_id: int = 0
     stride: int | None = None
     bos_id: int | None = None
+    targets: Literal["documents"] | None = None
+    ignore_index: int | None = None  # only with targets or labels: a Mixture compares it
+    _labels: TokenSource | None = None  # the labels' stream, read through the same plan
 
     def __init__(
         self,
@@ -185,8 +211,11 @@ class TokenSource(WindowCache):
         tail: bool | None = None,
         pad_id: int | None = None,
         stride: int | None = None,
+        targets: Literal["documents"] | None = None,
+        ignore_index: int | None = None,
     ) -> None:
         vocab_size = check_vocab_size(vocab_size)
+        _check_targets(targets, positions, ignore_index)
         if vocab_size is not None:
             # Set only when given: the class's None serves the rest (see vocab_size above).
             self.vocab_size = vocab_size
@@ -295,6 +324,35 @@ class TokenSource(WindowCache):
                 self.pad_id = int(pad_id)
         if stride is not None:
             self.stride = int(stride)
+        labelled = [f.labels for f in self.files]
+        if any(f is not None for f in labelled):
+            self._labels = self._labels_source(
+                labelled,
+                block_bytes=block_bytes,
+                shuffle=shuffle,
+                max_windows=max_windows,
+                reads=reads,
+                read_ahead=read_ahead,
+                tail=tail,
+                stride=stride,
+            )
+        if targets is not None or self._labels is not None:
+            if targets is not None:
+                self.targets = targets
+            ignore = -100 if ignore_index is None else int(ignore_index)
+            kept = self.dtype if self._labels is None else self._labels.dtype
+            if not fits(ignore, _signed(kept)):
+                raise ConfigError(
+                    f"ignore_index={ignore} does not fit y's dtype {_signed(kept)} (the "
+                    f"targets are {kept}); give one it holds, e.g. -100"
+                )
+            self.ignore_index = ignore
+        elif ignore_index is not None:
+            raise ConfigError(
+                "ignore_index is what y holds at the targets targets='documents' masks, "
+                "and is only for it or a table read with labels= (got "
+                f"ignore_index={ignore_index!r} without either)."
+            )
         self.max_windows = max_windows
         self.reads = reads
         self.read_ahead = read_ahead
@@ -317,6 +375,47 @@ class TokenSource(WindowCache):
         self._ahead: int | None = None  # the window read ahead, until a batch uses it
         self._todo: set[int] = set()  # windows the gather under way has yet to read
         self._window_nbytes = self.layout.max_window_tokens * self.dtype.itemsize
+
+    def _labels_source(
+        self,
+        labelled: list[TokenFile | None],
+        *,
+        block_bytes: int,
+        shuffle: bool,
+        max_windows: int,
+        reads: Literal["populate", "pread"],
+        read_ahead: bool,
+        tail: bool,
+        stride: int | None,
+    ) -> TokenSource:
+        """The labels of every file (``TokenFile.labels``) as a source of the same plan:
+        the same files' lengths, context and window of tokens, so sample ``n`` of either
+        is at the same token offset."""
+        missing = [f.path for f, lab in zip(self.files, labelled, strict=True) if lab is None]
+        if missing:
+            raise ConfigError(
+                f"{missing[0]}: read without labels beside files read with them (labels= "
+                "of table_token_files); y would be labels in some samples and ids in "
+                "others: give every file its labels, or none"
+            )
+        files = [lab for lab in labelled if lab is not None]
+        out = TokenSource(
+            files,
+            context=self.context,
+            window_bytes=self.layout.window_tokens * files[0].dtype.itemsize,
+            block_bytes=block_bytes,
+            shuffle=shuffle,
+            max_windows=max_windows,
+            reads=reads,
+            read_ahead=read_ahead,
+            store_options=self._store_options,
+            in_flight=self.in_flight,
+            tail=tail or None,
+            stride=stride,
+        )
+        out._cache = self._cache  # one block cache for both streams' objects
+        assert out.layout == self.layout, (out.layout, self.layout)
+        return out
 
     def _remote(self) -> ObjectFiles:
         if self._stores is None:
@@ -364,6 +463,10 @@ class TokenSource(WindowCache):
             out["pad_id"] = self.pad_id
         if self.stride is not None:  # only when set, as tail
             out["stride"] = self.stride
+        if self.ignore_index is not None:  # only with targets or labels, as tail
+            if self.targets is not None:
+                out["targets"] = self.targets
+            out["ignore_index"] = self.ignore_index
         paths = ambiguous_names([f.path for f in self.files])
         if paths is not None:  # only then: other states stay valid (see _names)
             out["paths"] = paths
@@ -383,17 +486,47 @@ class TokenSource(WindowCache):
         if self.vocab_size is not None:
             self._check_ids(seed, samples, out, self.vocab_size)
         batch = {"x": out[:, :-1], "y": out[:, 1:]}
+        begins: NDArray[np.bool_] | None = None  # where y's target begins a document
         if self.positions == "eos":
             assert self.eos_id is not None
             batch["position_ids"] = eos_positions(batch["x"], self.eos_id)
+            if self.targets is not None:  # the token after an EOS begins the next one
+                begins = batch["x"] == self.eos_id
         elif self.positions == "bos":
             assert self.bos_id is not None
             batch["position_ids"] = bos_positions(batch["x"], self.bos_id)
+            if self.targets is not None:
+                begins = batch["y"] == self.bos_id
         elif self.positions == "documents":
-            batch["position_ids"] = self._document_positions(seed, samples)
+            if self.targets is None:
+                batch["position_ids"] = self._document_positions(seed, samples, self.context)
+            else:
+                # The positions of all L + 1 tokens: y's target begins a document where its
+                # position is 0, in the last column too (column 0 is x's, never a target).
+                pos = self._document_positions(seed, samples, self.context + 1)
+                batch["position_ids"] = np.ascontiguousarray(pos[:, :-1])
+                begins = pos[:, 1:] == 0
+        if self.ignore_index is not None:
+            batch["y"] = self._targets(seed, samples, batch["y"], begins)
         if self.tail:
             batch["loss_mask"] = self._loss_mask(seed, samples)
         return batch
+
+    def _targets(
+        self,
+        seed: int,
+        samples: NDArray[np.int64],
+        ids: NDArray[Any],
+        begins: NDArray[np.bool_] | None,
+    ) -> NDArray[np.signedinteger[Any]]:
+        """``y`` as a signed copy: the next ids (or the labels' next values, read through
+        the same plan), ``ignore_index`` where ``begins``."""
+        assert self.ignore_index is not None
+        kept = ids if self._labels is None else self._labels.gather(seed, samples)[:, 1:]
+        y = kept.astype(_signed(kept.dtype))
+        if begins is not None:
+            np.copyto(y, self.ignore_index, where=begins)
+        return y
 
     def _loss_mask(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
         """``True`` where ``y`` is a target of the file no earlier sample counted: not the
@@ -423,14 +556,17 @@ class TokenSource(WindowCache):
         where = token_place(f, int(offsets[row]) + col)
         raise outside_error(f"{where} (sample {int(samples[row])})", out, at, vocab)
 
-    def _document_positions(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.int32]:
+    def _document_positions(
+        self, seed: int, samples: NDArray[np.int64], length: int
+    ) -> NDArray[np.int32]:
+        """Positions of the first ``length`` tokens of each sample in their documents."""
         files, offsets = self._file_offsets(self._plan(seed, samples))  # the gather's plan
         if files.size and (files == files[0]).all():  # one file: no per-file masks
-            return document_positions(self._doc_bounds(int(files[0])), offsets, self.context)
-        out = np.empty((len(samples), self.context), dtype=np.int32)
+            return document_positions(self._doc_bounds(int(files[0])), offsets, length)
+        out = np.empty((len(samples), length), dtype=np.int32)
         for f in np.unique(files).tolist():
             sel = files == f
-            out[sel] = document_positions(self._doc_bounds(f), offsets[sel], self.context)
+            out[sel] = document_positions(self._doc_bounds(f), offsets[sel], length)
         return out
 
     def _doc_bounds(self, f: int) -> NDArray[np.int64] | MappedStarts:
@@ -526,6 +662,8 @@ class TokenSource(WindowCache):
         """
         with self._lock:
             self._prefetch(seed, samples, share)
+        if self._labels is not None:
+            self._labels.prefetch(seed, samples, share)
 
     def starts(
         self, seed: int, samples: NDArray[np.int64]
@@ -551,6 +689,8 @@ class TokenSource(WindowCache):
         self._close_stores()
         with self._lock:
             self._close()
+        if self._labels is not None:
+            self._labels.close()
 
     def _close(self) -> None:
         for win in self._windows.values():
@@ -589,6 +729,27 @@ class TokenSource(WindowCache):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+
+
+def _signed(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype of ``y`` where it holds an ignore index beside targets of ``dtype``:
+    int32 for uint16 and int32, int64 for uint32 and int64 (they hold every value)."""
+    return np.dtype(np.int32 if dtype.itemsize <= 2 or dtype == np.int32 else np.int64)
+
+
+def _check_targets(targets: object, positions: object, ignore_index: object) -> None:
+    if targets not in (None, "documents"):
+        raise ConfigError(f"targets must be None or 'documents' (got {targets!r}).")
+    if targets is not None and positions is None:
+        raise ConfigError(
+            "targets='documents' masks the targets that begin a document, which positions= "
+            "says where they begin: give positions='documents' (a table's rows, a Megatron "
+            "index's documents), 'eos' with eos_id= or 'bos' with bos_id= (got positions=None)."
+        )
+    if ignore_index is not None and (
+        isinstance(ignore_index, bool | np.bool_) or not isinstance(ignore_index, int | np.integer)
+    ):
+        raise ConfigError(f"ignore_index must be an integer, e.g. -100 (got {ignore_index!r}).")
 
 
 def _check_tail(tail: object, pad_id: object, shuffle: bool, vocab_size: int | None) -> None:

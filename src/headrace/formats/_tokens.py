@@ -80,6 +80,9 @@ class TokenFile:
     ``members`` files, not a file: a column of token lists in Arrow files
     (:func:`~headrace.formats.table_token_files`; ``path`` then names the dataset),
     whose ``bounds`` say where each row's document starts (and the total).
+    ``labels``: such a column's targets (``table_token_files(..., labels="labels")``),
+    a :class:`TokenFile` of another column of the same rows, row for row as long, which
+    :class:`~headrace.formats.TokenSource` reads ``y`` from.
     """
 
     path: str
@@ -106,6 +109,9 @@ class TokenFile:
     # Opened from a listing (no GET of its first bytes): a raw or nanoGPT file's reads
     # give out no bytes before its first ones pass check_token_head (not an NPY file, ...).
     check_head: bool = field(default=False, compare=False, repr=False)
+    # A column's token lists: the targets read beside them (``table_token_files(...,
+    # labels="labels")``), a stream of the same rows of the same lengths.
+    labels: TokenFile | None = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -128,6 +134,8 @@ class TokenFile:
             out["members"] = [os.path.basename(m) for m in self.members]
         if self.dataset:
             out["dataset"] = self.dataset
+        if self.labels is not None:  # only then: states saved without stay valid
+            out["labels"] = {"format": self.labels.format, "dtype": self.labels.dtype.str}
         return out
 
     @property
