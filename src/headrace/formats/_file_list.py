@@ -43,6 +43,7 @@ from headrace.formats._file_walk import (
     other_skipped,
     refuse_empty,
     refuse_glob_cycles,
+    refuse_webdataset_urls,
     regular_stats,
     suffixes,
     walk,
@@ -637,9 +638,8 @@ def columns(rows: Sequence[tuple[str, int, str | None]]) -> Listing:
 
 def _other_said(count: int, example: str, extensions: tuple[str, ...]) -> str:
     """What a listing says of the ``count`` files of another format it left out."""
-    fmt = format_of(example)
-    assert fmt is not None  # listed as ending in another format's extension
-    return other_skipped(count, example, extensions, fmt.name)
+    fmt = format_of(example)  # None: a gzipped tar, left out by a listing of tar shards
+    return other_skipped(count, example, extensions, fmt.name if fmt is not None else None)
 
 
 def list_files(
@@ -670,6 +670,10 @@ def list_files(
         # (A worker copy's packed paths are read again as they are: no str a path held.)
         files = list(files)
     refuse_empty([files] if isinstance(files, (str, os.PathLike)) else files, "FileSource")
+    if listing is None:
+        refuse_webdataset_urls(
+            [files] if isinstance(files, (str, os.PathLike)) else files, "FileSource"
+        )
     if isinstance(files, (str, os.PathLike)) and is_object_url(str(files)):
         from headrace.formats._file_list_objects import object_glob, remote_list, why_empty
         from headrace.io import ObjectStore

@@ -25,6 +25,7 @@ from headrace.io import open_error
 __all__ = [
     "Walked",
     "refuse_empty",
+    "refuse_webdataset_urls",
     "refuse_glob_cycles",
     "kind_of",
     "refuse_special",
@@ -57,6 +58,47 @@ def refuse_empty(
                 f"{who} got an empty path (''), which names no file (read as a folder, it "
                 f"is the current one, {os.getcwd()}, whatever it holds); an unset "
                 f"variable? Pass {takes}"
+            )
+
+
+#: webdataset's brace notation for shards (``train-{000000..000999}.tar``, ``{a,b}``).
+_BRACES = re.compile(r"\{[^{}/]*(?:\.\.|,)[^{}/]*\}")
+
+
+def refuse_webdataset_urls(paths: Iterable[object], who: str) -> None:
+    """Refuse webdataset's names for shards that are no path or URL: a brace range
+    (``train-{000000..000999}.tar``, which webdataset expands, as a shell does) and a
+    ``pipe:`` URL (a command whose output webdataset reads). Each read as a path was "no
+    such directory", naming nothing a WebDataset user could act on. A local path that
+    exists as written (a folder named ``run-{0..1}``) is read as it is."""
+    for p in paths:
+        path = os.fspath(p) if isinstance(p, (str, os.PathLike)) else None
+        if not isinstance(path, str) or not (path.startswith("pipe:") or "{" in path):
+            continue  # no stat: a list of a million paths is not stat'ed twice
+        if os.path.lexists(path):
+            continue
+        if path.startswith("pipe:"):
+            words = path[len("pipe:") :].split()[1:]
+            meant = next((w for w in words if "://" in w), None) or next(
+                (w for w in reversed(words) if not w.startswith("-")), None
+            )
+            raise ConfigError(
+                f"{path}: a webdataset pipe: URL (a command whose output webdataset reads); "
+                f"{who} runs no command: give it the file or the object URL"
+                + (
+                    f" the command reads, {meant!r} (an object store's endpoint and "
+                    "credentials in store_options=)"
+                    if meant
+                    else ""
+                )
+            )
+        braces = _BRACES.search(path)
+        if braces is not None:
+            raise ConfigError(
+                f"{path}: {braces.group()} is webdataset's brace notation, which {who} does "
+                f"not expand: give the glob {_BRACES.sub('*', path)!r} (every shard it "
+                f"matches) or a list of the shards (a subset: "
+                f"list(braceexpand.braceexpand({path!r})), as webdataset expands it)"
             )
 
 
@@ -409,15 +451,32 @@ def refuse_glob_cycles(pattern: str, found: Iterable[str]) -> None:
         )
 
 
+#: A gzip-compressed tar's endings (webdataset's ShardWriter gzips a pattern ending in
+#: ``gz``): never read, but a listing of tar shards says it left them out.
+GZIPPED_TAR = (".tar.gz", ".tgz")
+
+
 def other_formats(extensions: tuple[str, ...], known: Iterable[str]) -> tuple[str, ...]:
     """The ``known`` extensions (every file format's) that a listing for ``extensions``
-    leaves out: ``()`` for a listing that keeps every file."""
-    return tuple(e for e in known if e not in extensions) if extensions else ()
+    leaves out: ``()`` for a listing that keeps every file. A listing of ``.tar`` shards
+    leaves out gzipped ones too (a folder of both read the ``.tar`` ones in silence)."""
+    if not extensions:
+        return ()
+    out = tuple(e for e in known if e not in extensions)
+    return out + GZIPPED_TAR if ".tar" in extensions else out
 
 
-def other_skipped(count: int, example: str | None, extensions: Sequence[str], fmt: str) -> str:
+def other_skipped(
+    count: int, example: str | None, extensions: Sequence[str], fmt: str | None
+) -> str:
     """What a listing says of the files of another format it left out (``fmt``, the
-    example's format)."""
+    example's format; ``None`` for a gzipped tar, which no format reads)."""
+    if fmt is None:
+        return (
+            f"left out {count:,} file(s) this source does not read (e.g. {example!r}: a "
+            "gzip-compressed tar shard, whose members' offsets, which reads by samples use, "
+            "the compression hides): gunzip such shards once to read their samples too"
+        )
     return (
         f"left out {count:,} file(s) of another format (e.g. {example!r}): this source reads "
         f"the files ending in {list(extensions)}; read the others with a FileSource of "

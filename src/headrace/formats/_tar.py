@@ -27,7 +27,7 @@ an ``int64`` from their ASCII text, and anything else as its bytes (``uint8``).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -351,6 +351,30 @@ def _apart(index: TarIndex, r: int) -> str:
     )
 
 
+def _dotted(key: str, field: str, held: Iterable[str]) -> str:
+    """Why a sample lacks ``field`` where it holds ``x.field``: its key had a dot in it
+    (``""`` where it holds no such field)."""
+    near = sorted(h for h in held if h.endswith(f".{field}"))
+    if not near:
+        return ""
+    written = [f"{key}.{h.rpartition('.')[0]}" for h in near]
+    rule = (
+        "a key ends at the first dot of a member's name (WebDataset's rule), so a key "
+        "written with a dot in it (ShardWriter's __key__ "
+    )
+    if len(near) > 1:  # keys img.0, img.1...: one sample 'img', as webdataset reads it
+        return (
+            f"; its members {key}.{near[0]}, {key}.{near[1]}... are one sample: {rule}"
+            f"{written[0]!r}, {written[1]!r}...) is cut there: write the shards with keys "
+            "without dots"
+        )
+    return (
+        f"; its member {key}.{near[0]} is field {near[0]!r}: {rule}{written[0]!r}) moves "
+        f"the rest into the field: name the field as held, datasets=({near[0]!r}, ...), or "
+        "write the shards with keys without dots"
+    )
+
+
 def decode_tar(
     data: Buffer,
     *,
@@ -395,7 +419,7 @@ def decode_tar(
             if got is None:
                 raise DataError(
                     f"{name}: {where} has no field {field!r}; it holds {sorted(held)}"
-                    + _apart(index, r)
+                    + (_apart(index, r) or _dotted(index.key(r), field, held))
                 )
             a, size = got
             what = f"{name}: {index.key(r)}.{field}"
