@@ -38,14 +38,16 @@ def rows_above(
     fmt = file_format(config.format).name  # (an alias or an extension named it, maybe)
     # A tar shard under shuffle="samples" is read by samples whatever its size: its
     # members are where its index says, and a shard of 10,000 fetched for one was 10,000x.
-    # Not under on_corrupt="replace", which judges a shard whole (see _rows_wanted).
+    # Not under on_corrupt="replace", which judges a shard whole (see _rows_wanted): a
+    # TFRecord shard read by records was judged by the reads that reached its damage.
+    whole = config.on_corrupt != "raise"
     ranges: dict[str, int | str | None] = {
         "npy": config.npy_ranges_above,
         "npz": config.npz_ranges_above,
-        "tar": 0 if config.on_corrupt == "raise" else None,
-        "tfrecord": config.tfrecord_ranges_above,
+        "tar": None if whole else 0,
+        "tfrecord": None if whole else config.tfrecord_ranges_above,
         # An ArrayRecord file's footer says where each chunk is: by chunks whatever its size.
-        "array_record": 0 if config.on_corrupt == "raise" else None,
+        "array_record": None if whole else 0,
     }
     above = ranges.get(fmt)
     if above == "auto":

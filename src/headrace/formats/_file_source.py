@@ -236,8 +236,8 @@ class FileSource(Closing):
             self._rows
             and (config.decode or fmt in RECORD_FORMATS)  # decode=False: records' bytes
             and (
-                (fmt in ("hdf5", "tar") and config.on_corrupt == "raise")
-                or fmt in ("npz", *RECORD_FORMATS)
+                (fmt in ("hdf5", "tar", *RECORD_FORMATS) and config.on_corrupt == "raise")
+                or fmt == "npz"
                 or self._rows_above is not None
             )
         )
@@ -724,8 +724,8 @@ class FileSource(Closing):
         self, files: NDArray[np.int64], items: NDArray[np.int64]
     ) -> dict[int, NDArray[np.int64]] | None:
         """The samples a read asks of each file (increasing), where only those are
-        decoded: HDF5 files and tar shards of several samples under ``on_corrupt="raise"``,
-        and NPZ
+        decoded: HDF5 files, tar, TFRecord and ArrayRecord shards of several samples
+        under ``on_corrupt="raise"``, and NPZ
         files of several samples (a deflated member is inflated whole and checked, so
         a file is judged whole there under any ``on_corrupt``; only those rows are kept).
 
