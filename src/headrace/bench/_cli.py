@@ -179,6 +179,34 @@ def refuse_url_typo(flag: str, root: str, meant_flag: str | None = None) -> None
     )
 
 
+def _refuse_unexpanded_home(flag: str, root: str) -> None:
+    """Refuse a folder whose path starts with a ``~`` nothing expanded: it was made as a
+    folder named ``~`` under the working folder (and ``rm -rf ~``, to remove it, removes
+    a home). The default root is one where HOME is unset and the uid has no password
+    entry (``docker run -u 12345``, Kubernetes ``runAsUser``); a given one, where the
+    shell left it quoted (``--root "~/x"``, or ``--root=~/x`` in sh)."""
+    tilde = root.split(os.sep, 1)[0]
+    if not tilde.startswith("~"):
+        return
+    cwd = os.getcwd()
+    home = os.path.expanduser(root)
+    if home == root:
+        why, or_set = f"there is no user {tilde[1:]!r}", ""
+        if tilde == "~":
+            why = f"HOME is unset and uid {os.getuid()} has no entry in the password database"
+            or_set = ", or set HOME or XDG_CACHE_HOME (the default --root is under it)"
+        raise ConfigError(
+            f"{flag} {root!r}: {tilde!r} names no home folder here ({why}), so it would be "
+            f"made as a folder named {tilde!r} under {cwd}: give {flag} DIR (a writable "
+            f"folder){or_set}"
+        )
+    raise ConfigError(
+        f"{flag} {root!r} starts with a '~' that the shell did not expand (quoted?), and "
+        f"would be made as a folder named '~' under {cwd}: give {flag} {home}, or "
+        f"{flag} ./{root} for such a folder"
+    )
+
+
 def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
     """Create the dataset folder, or say why it cannot be used, before anything runs.
 
@@ -192,6 +220,7 @@ def prepare_root(root: str, flag: str = "--root", *, write: bool = True) -> str:
             "store use 'headrace gen WORKLOAD --root URL'"
         )
     refuse_url_typo(flag, root)
+    _refuse_unexpanded_home(flag, root)
     if os.path.exists(root) and not os.path.isdir(root):  # makedirs said "File exists"
         raise ConfigError(
             f"{flag} {root!r} is a file, not a folder: give the folder that holds (or is to "

@@ -158,7 +158,17 @@ class ObjectCache:
                 "in, or cache_dir=None for no cache."
             )
         # "~/..." as local paths read it (else a folder named "~" in the working directory).
-        self.directory = os.path.abspath(os.path.expanduser(os.fspath(directory)))
+        given = os.fspath(directory)
+        expanded = os.path.expanduser(given)
+        if expanded == given and given.split(os.sep, 1)[0] == "~":
+            # HOME unset and a uid without a password entry (`docker run -u 12345`): the
+            # copies went to a folder named "~" under the working directory, said nowhere.
+            raise ConfigError(
+                f"cache_dir {given!r}: '~' names no home folder here (HOME is unset and uid "
+                f"{os.getuid()} has no entry in the password database); give cache_dir an "
+                "absolute path on local disk, or set HOME"
+            )
+        self.directory = os.path.abspath(expanded)
         if os.path.exists(self.directory) and not os.path.isdir(self.directory):
             raise ConfigError(f"cache_dir {self.directory}: exists and is not a directory.")
         self.max_bytes = max_bytes
