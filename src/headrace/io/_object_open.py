@@ -134,6 +134,12 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
         raise empty_segment_error(url, parts.path[1:])
     if scheme not in ("http", "https"):
         refuse_dot_segment(url, raw)
+    given = next((k for k in _CONNECTION_STRING if k in cfg), None)
+    if given is not None:
+        raise ConfigError(
+            f"{url}: obstore reads no Azure connection string (config {given!r}); give its "
+            f"parts: store_options={_connection_string_options(str(cfg[given]))}"
+        )
     try:
         if scheme in _S3_SCHEMES:
             bucket = parts.netloc
@@ -172,6 +178,7 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                     retry_config=no_retry,
                     credential_provider=_given(key),
                 )
+                _check_account(url, opened, az.config)
                 seen = {**az.config, **({"account_key": key["access_key"]} if key else {})}
                 emulator: Any = _azure_emulator_at(seen, http)
                 if emulator is not None:
@@ -190,11 +197,19 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
             other = from_url(
                 opened, config=opts or None, client_options=http, retry_config=no_retry
             )
+            if isinstance(other, AzureStore):  # https://ACCOUNT.blob.core.windows.net/...
+                _check_account(url, opened, other.config)
             return url.rstrip("/"), other
     except HeadraceError:
         raise
     except Exception as exc:
         said = summarize(exc)
+        if scheme in _AZURE_SCHEMES and "did not match any known pattern" in said:
+            # obstore's words: "Generic S3 error: URL did not match any known pattern".
+            raise ConfigError(
+                f"{url}: not a form of Azure URL that obstore reads; write "
+                f"{_azure_url_meant(parts.netloc, raw)}"
+            ) from exc
         if "Account must be specified" in said:
             # Azure's own words name no option: the URL holds no account (az://container/
             # key), and none was given or set.
@@ -203,6 +218,14 @@ def _open(url: str, cfg: dict[str, Any], client: dict[str, Any]) -> tuple[str, A
                 "..., 'account_key': ...}} (or AZURE_STORAGE_ACCOUNT_NAME), or a URL that "
                 "names it, abfss://container@ACCOUNT.dfs.core.windows.net/..."
             )
+            text = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+            if text:
+                said += (
+                    "; AZURE_STORAGE_CONNECTION_STRING is set, but obstore reads no "
+                    "connection string: export its AccountName and AccountKey as "
+                    "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY, or give "
+                    f"store_options={_connection_string_options(text)}"
+                )
         raise ConfigError(f"{url}: cannot open store: {said}") from exc
     raise ConfigError(
         f"{url}: unsupported scheme {scheme!r}; use s3://, gs://, az://, http(s)://, "
@@ -268,6 +291,88 @@ def _own_account_key(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     if given is None:
         return cfg, None
     return {k: v for k, v in cfg.items() if k not in _ACCOUNT_KEY}, {"access_key": str(given)}
+
+
+_CONNECTION_STRING = ("connection_string", "azure_storage_connection_string")
+# A connection string's parts, as obstore's Azure config keys (a secret's shown by name).
+_CONNECTION_PARTS = {
+    "accountname": ("account_name", None),
+    "accountkey": ("account_key", "<its AccountKey>"),
+    "sharedaccesssignature": ("sas_key", "<its SharedAccessSignature>"),
+}
+
+
+def _connection_string_options(text: str) -> dict[str, Any]:
+    """The store options that say what an Azure connection string says (``AccountName=..;
+    AccountKey=..;BlobEndpoint=..``, as the portal's "Access keys" page shows it), its
+    secrets named rather than copied into a message that may reach a log."""
+    parts = {}
+    for item in text.split(";"):
+        name, eq, value = item.strip().partition("=")  # a base64 key ends with "="
+        if eq:
+            parts[name.strip().lower()] = value.strip()
+    config: dict[str, Any] = {}
+    for name, (key, secret) in _CONNECTION_PARTS.items():
+        if parts.get(name):
+            config[key] = secret or parts[name]
+    if parts.get("usedevelopmentstorage", "").lower() in _TRUE:
+        config["use_emulator"] = True
+    options: dict[str, Any] = {"config": config}
+    if parts.get("blobendpoint"):
+        options["endpoint"] = parts["blobendpoint"].rstrip("/")
+    elif parts.get("endpointsuffix", "core.windows.net") != "core.windows.net" and config.get(
+        "account_name"
+    ):
+        # Another cloud than Azure's public one (core.chinacloudapi.cn, ...).
+        scheme = parts.get("defaultendpointsprotocol", "https")
+        options["endpoint"] = f"{scheme}://{config['account_name']}.blob.{parts['endpointsuffix']}"
+    return options
+
+
+# The hosts whose first label obstore reads as an Azure storage account.
+_AZURE_DOMAINS = tuple(
+    f"{kind}.{cloud}"
+    for kind in ("blob", "dfs")
+    for cloud in ("core.windows.net", "fabric.microsoft.com")
+)
+
+
+def _azure_url_meant(netloc: str, path: str) -> str:
+    """The URL obstore reads for an Azure URL it does not (``az://container@account/...``,
+    ``az://ACCOUNT.blob.core.windows.net/container/...``), or its forms."""
+    container, at, host = netloc.rpartition("@")
+    account, _, domain = host.partition(".")
+    if at and container and account:
+        return f"abfss://{container}@{account}.dfs.core.windows.net/{path}"
+    if not at and domain in _AZURE_DOMAINS:
+        return f"https://{host}/{path}"
+    return (
+        "az://CONTAINER/prefix with store_options={'config': {'account_name': ACCOUNT}}, "
+        "abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix or "
+        "https://ACCOUNT.blob.core.windows.net/CONTAINER/prefix"
+    )
+
+
+def _check_account(url: str, opened: str, config: Mapping[str, Any]) -> None:
+    """Refuse an Azure URL that names one storage account while the options name another.
+
+    obstore takes ``config``'s ``account_name`` over the URL's
+    (``https://ACCOUNT.blob.core.windows.net/...``, ``abfss://c@ACCOUNT.dfs...``): the
+    partner lab's URL with the options of one's own account read one's own account's
+    container of that name, another dataset, without a word.
+    """
+    account, _, domain = (urlsplit(opened).hostname or "").partition(".")
+    named = account if domain in _AZURE_DOMAINS else None  # as obstore reads the URL
+    given = config.get("account_name")
+    if named is None or given is None or str(named).lower() == str(given).lower():
+        return
+    container = config.get("container_name", "CONTAINER")
+    raise ConfigError(
+        f"{url}: the URL names the storage account {named!r}, but store_options config "
+        f"names account_name {given!r}, which obstore would read instead ({given}'s "
+        f"container {container!r}, another account's data); drop account_name (and "
+        f"{given}'s key) from config to read {named}, or give {named}'s account_name and key"
+    )
 
 
 def _check_virtual_hosted(url: str, bucket: str, cfg: Mapping[str, Any]) -> None:
