@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import io
 import math
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +56,24 @@ _FILTER_NAMES = {
     5: "nbit",
     6: "scaleoffset",
     32000: "lzf",
+}
+# Plugin filters by the ids The HDF Group registered for them (its RegisteredFilterPlugins
+# list), for a file whose filter pipeline stores no name: "filter 32001 ('')" left the
+# reader to look up which plugin to install. hdf5plugin ships all but LZO, JPEG and VBZ.
+_PLUGIN_NAMES = {
+    305: "LZO",
+    307: "bzip2",
+    32001: "Blosc",
+    32004: "LZ4",
+    32008: "bitshuffle",
+    32013: "zfp",
+    32015: "Zstandard",
+    32017: "SZ",
+    32018: "FCIDECOMP",
+    32019: "JPEG",
+    32020: "VBZ",
+    32024: "SZ3",
+    32026: "Blosc2",
 }
 
 
@@ -262,7 +282,8 @@ def _damaged(ds: Any, index: Any, name: str, dataset: str, exc: OSError) -> Form
         )
     plist = ds.id.get_create_plist()
     codes = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
-    filters = ", ".join(_FILTER_NAMES.get(c, f"filter {c}") for c in codes)
+    names = {**_PLUGIN_NAMES, **_FILTER_NAMES}
+    filters = ", ".join(names.get(c, f"filter {c}") for c in codes)
     bad = _first_bad_chunk(ds, index) if ds.chunks and ds.ndim else None
     if bad is None:
         return FormatError(f"{where}: truncated or corrupt data ({exc})")
@@ -459,13 +480,34 @@ def _check_storage(ds: Any, name: str, dataset: str, h5py: Any) -> None:
     plist = ds.id.get_create_plist()
     for i in range(plist.get_nfilters()):
         code, _flags, _values, fname = plist.get_filter(i)
-        if not h5py.h5z.filter_avail(code):
+        if not h5py.h5z.filter_avail(code) and not _plugin_loads(code, h5py):
             label = fname.decode("ascii", "replace") if isinstance(fname, bytes) else fname
-            raise FormatError(
-                f"{where} is compressed with HDF5 filter {code} ({label!r}), which this "
-                "process has not loaded: install and import hdf5plugin (Blosc, Zstd, LZ4, "
-                "bitshuffle, ...) or set HDF5_PLUGIN_PATH"
+            label = label or _PLUGIN_NAMES.get(code, "no name stored")
+            plugin = sys.modules.get("hdf5plugin")
+            fix = (
+                f"hdf5plugin {getattr(plugin, 'version', '(version unknown)')} is imported and "
+                "lacks it: set HDF5_PLUGIN_PATH to a folder holding the filter's plugin"
+                if plugin is not None
+                else "install hdf5plugin (Blosc, Zstd, LZ4, bitshuffle, ...; headrace imports "
+                "it where a file needs it) or set HDF5_PLUGIN_PATH"
             )
+            raise FormatError(
+                f"{where} is compressed with HDF5 filter {code} ({label}), which this "
+                f"process has not loaded: {fix}"
+            )
+
+
+def _plugin_loads(code: int, h5py: Any) -> bool:
+    """Whether HDF5 filter ``code`` is there once hdf5plugin, where installed, is imported
+    (importing it registers its filters). A process may lack them though its user imported
+    it: a HeadraceDataLoader worker started from a notebook or ``python -c`` imports no main
+    module, so the import ran in the parent alone, and every Blosc or bitshuffle chunk was
+    refused in the workers, saying to import hdf5plugin (which the user had done)."""
+    try:
+        importlib.import_module("hdf5plugin")
+    except (ImportError, OSError):  # not installed, or its libraries do not load
+        return False
+    return bool(h5py.h5z.filter_avail(code))
 
 
 def _select(ds: Any, index: Any, name: str, dataset: str) -> NDArray[np.generic]:
