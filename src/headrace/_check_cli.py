@@ -550,6 +550,18 @@ def _tell(
     if any("pass truncate=True" in p.message for p in report.problems):
         print(f"{label}: on the command line: {dict(_FLAGS)['pass truncate=True']}", file=out)
     n = getattr(source, "samples_per_epoch", None)
+    whole = n if args.shard == "0/1" and isinstance(n, int) else None
+    if not (report.complete or report.interrupted or (whole and report.samples >= whole)):
+        # Stopped at --most: how much was left unread, and the flag (the report says
+        # "most=100", the Python argument).
+        of = f" of {whole:,}" if whole else ""
+        left = f"the other {whole - report.samples:,}" if whole else "the rest"
+        print(
+            f"{label}: stopped at --most {args.most} problems after {report.samples:,}{of} "
+            f"samples: {left} were not read; give a larger --most (e.g. --most "
+            f"{10 * args.most}) to read on",
+            file=out,
+        )
     if args.shard != "0/1" and isinstance(n, int):
         # Which share this was: the K shards together read each sample once.
         k = int(args.shard.partition("/")[2])

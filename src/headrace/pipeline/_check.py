@@ -44,7 +44,8 @@ class Problem:
     type), its sample number, the error's type and its message.
 
     A token source's ``sample`` is its number in file order (file 0's samples first, as
-    ``shuffle=False`` reads them; the message names the file and token offset): the
+    ``shuffle=False`` reads them; the message names the file and token offset), a file
+    source's likewise (as ``shuffle="none"`` reads them, a batch's ``index``): the
     check's own order is a seed's shuffle, which names no place in the files."""
 
     source: str
@@ -79,15 +80,23 @@ class CheckReport:
 
     @property
     def varied(self) -> list[str]:
-        """A line for each key whose samples came in several shapes or dtypes: each with
-        its count and its first sample (and file, where the source has files)."""
-        return [
-            f"{key!r} has {len(seen)} shapes: "
-            + ", ".join(f"{shape} in {n} (first: {first})" for shape, (n, first) in seen.items())
-            + "; a batch holding two is ragged (an object array and its _shape)"
-            for key, seen in self.shapes.items()
-            if len(seen) > 1
-        ]
+        """A line for each key whose samples came in several shapes or dtypes: up to
+        :data:`NAMED_SHAPES` shapes each with its count and its first sample (and file,
+        where the source has files); more (JPEGs of varied sizes, records of varied
+        lengths: a shape a sample) summed up as each dimension's span and median, the
+        most common, the smallest and the largest, and how many more ``shapes`` holds.
+        Naming each made one line of 541 KB of 10,000 TFRecords' JPEG lengths."""
+        ragged = "a batch holding two is ragged (an object array and its _shape)"
+        out = []
+        for key, seen in self.shapes.items():
+            if len(seen) <= 1:
+                continue
+            if len(seen) <= NAMED_SHAPES:
+                named = ", ".join(_named(kind, seen) for kind in seen)
+                out.append(f"{key!r} has {len(seen)} shapes: {named}; {ragged}")
+            else:
+                out.append(f"{key!r} has {len(seen):,} shapes, {_summary(seen)}; {ragged}")
+        return out
 
     @property
     def ok(self) -> bool:
@@ -104,10 +113,26 @@ class CheckReport:
             return "\n".join([head + "no problems", *notes])
         n = len(self.problems)
         if self.interrupted:
-            head += f"{n} failed before it was interrupted"
+            head += f"{n:,} failed before it was interrupted"
         else:
-            head += f"{n} failed" + ("" if self.complete else f" (stopped at {n}: most={n})")
-        return "\n".join([head, *(f"  {p}" for p in self.problems), *notes])
+            head += f"{n:,} failed" + ("" if self.complete else f" (stopped at {n:,}: most={n})")
+        return "\n".join([head, *(f"  {line}" for line in self.grouped), *notes])
+
+    @property
+    def grouped(self) -> list[str]:
+        """The problems a line each, but those of one message (the samples of one broken
+        file, an object that answers 403) one line together, naming their samples (the
+        first :data:`NAMED_RUNS` runs of them) and their count: a truncated shard of
+        1,000 samples printed the same message ``most`` times, and nothing else."""
+        same: dict[tuple[str, str, str], list[int]] = {}
+        for p in self.problems:
+            same.setdefault((p.source, p.error, p.message), []).append(p.sample)
+        return [
+            str(Problem(source, numbers[0], error, message))
+            if len(numbers) == 1
+            else f"{source} samples {_runs(numbers)} ({len(numbers):,}): {error}: {message}"
+            for (source, error, message), numbers in same.items()
+        ]
 
 
 def check(
@@ -223,6 +248,68 @@ def _check_parts(
             break
 
 
+#: Runs of sample numbers a line of problems of one message names (:func:`_runs`).
+NAMED_RUNS = 5
+
+
+def _runs(numbers: list[int]) -> str:
+    """``3-5, 9, 11 and 2 more``: sorted sample numbers as runs of consecutive ones, the
+    first :data:`NAMED_RUNS` of them."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:NAMED_RUNS])
+    rest = sum(b - a + 1 for a, b in runs[NAMED_RUNS:])
+    return shown + (f" and {rest:,} more" if rest else "")
+
+
+#: Shapes a key's note names one by one; past these it sums them up (:func:`_summary`).
+NAMED_SHAPES = 4
+#: The most common shapes a summed-up note names (those of more than one sample).
+_COMMON = 3
+
+
+def _named(kind: str, seen: dict[str, list[Any]]) -> str:
+    n, first = seen[kind]
+    return f"{kind} in {n:,} (first: {first})"
+
+
+def _summary(seen: dict[str, list[Any]]) -> str:
+    """Many shapes of one key in a few words: the span (and median, over the samples) of
+    each dimension, the dtypes, the most common shapes, the smallest and the largest
+    (each with its count and first sample), and how many more ``report.shapes`` holds."""
+    kinds = list(seen)
+    parsed = [kind.rpartition(" ") for kind in kinds]
+    dims = [tuple(int(d) for d in s.strip("()").split(",") if d.strip()) for s, _, _ in parsed]
+    counts = np.array([seen[k][0] for k in kinds], dtype=np.int64)
+    dtypes = " or ".join(dict.fromkeys(dt for _, _, dt in parsed))
+    if len({len(d) for d in dims}) == 1 and dims[0]:
+        spans, medians = [], []
+        for column in np.array(dims, dtype=np.int64).T:
+            lo, hi = int(column.min()), int(column.max())
+            spans.append(f"{lo}" if lo == hi else f"{lo}-{hi}")
+            order = np.argsort(column, kind="stable")
+            half = np.searchsorted(np.cumsum(counts[order]), (counts.sum() + 1) // 2)
+            medians.append(str(int(column[order[half]])))
+        span = f"sizes {' x '.join(spans)} (median {' x '.join(medians)}) {dtypes}"
+    else:
+        ranks = sorted({len(d) for d in dims})
+        span = f"{ranks[0]} to {ranks[-1]} dimensions, {dtypes}"
+    common = [kinds[j] for j in np.argsort(-counts, kind="stable")[:_COMMON] if counts[j] > 1]
+    sizes = [int(np.prod(d)) for d in dims]
+    small, large = kinds[int(np.argmin(sizes))], kinds[int(np.argmax(sizes))]
+    parts = [f"most common {', '.join(_named(k, seen) for k in common)}"] if common else []
+    parts += [f"smallest {_named(small, seen)}", f"largest {_named(large, seen)}"]
+    more = len(kinds) - len({*common, small, large})
+    return (
+        f"{span}: {'; '.join(parts)}; and {more:,} more (each in report.shapes, "
+        '"shapes" in the --json report)'
+    )
+
+
 _PLAN_KEYS = frozenset({"index", "sample", "valid", "source"})
 
 
@@ -332,9 +419,18 @@ def _file_order(source: Any, seed: int, samples: NDArray[np.int64]) -> NDArray[n
     """A token source's ``samples`` (of an epoch read with ``seed``) numbered in file
     order: the starts of the files before, then the start's place in its file (a tail or
     stride start slid back to its file's end is the one after the grid start before it).
-    Other sources' samples as they are."""
+    A file source's in dataset order (its batches' ``index``: file 0's samples first):
+    shuffled, a truncated ``s3.npy`` of 10 samples was "samples 20-29". Other sources'
+    samples as they are."""
     layout = getattr(source, "layout", None)
-    if not isinstance(layout, WindowLayout) or not len(samples):
+    by_file: Any = getattr(source, "plan", None)  # a FileSource's FilePlan
+    if not len(samples):
+        return samples
+    if not isinstance(layout, WindowLayout):
+        if all(callable(getattr(by_file, f, None)) for f in ("locate", "index", "file_item")):
+            files, items = by_file.locate(seed, samples)
+            index: NDArray[np.int64] = np.asarray(by_file.index(files, items), dtype=np.int64)
+            return index
         return samples
     plan = layout.locate(seed, samples)
     files = layout.window_file[plan.window]
