@@ -46,12 +46,13 @@ from headrace.bench._measure import (
 )
 from headrace.bench._ratios import ratios
 from headrace.bench._report import SHORT_TRIAL_STEPS, short_trials, table_figures
-from headrace.bench._result_notes import result_notes
+from headrace.bench._result_notes import accelerators_note, result_notes
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io._memory import available_memory
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
+from headrace.io._pool import usable_cpus
 from headrace.pipeline import Loader
 
 __all__ = ["Interrupted", "RunOptions", "run_workload", "stop_name"]
@@ -544,6 +545,9 @@ def _run(
                 "au_pass": run_au >= t.au_threshold if run_au is not None else None,
                 # None where no step was counted (trials of 1 step): not 0 s of waiting.
                 "loader_s_per_step_with_compute": _mean([ld for _, ld in au[spec]]),
+                # Each trial's (DLIO epoch's) AU, whose mean ``au`` is: the mean alone hid
+                # trials of 0.42 and 0.99 in one run, and could not be checked.
+                "au_trials": [a for a, _ in au[spec]] if run_au is not None else None,
                 "max_accelerators": max_acc.get(spec),
                 "steps": m["steps"],
                 "trials": len(rates[spec]),  # the trials done: fewer, interrupted
@@ -636,6 +640,27 @@ def _run(
             "read its measurement pass (where the time went: steps over in next s)"
         )
     notes += result_notes(wl.name, results)
+    # The question a storage engineer runs this for, answered where a reader can redo the
+    # sums: every variant "max acc. 0" left it open how far short the storage was.
+    asked, spread = wl.dataset.get("record_bytes"), wl.dataset.get("record_bytes_stdev")
+    here = kind.record_bytes()
+    sizing = accelerators_note(
+        wl.name,
+        results,
+        demand=demand_bytes_per_s(kind),
+        threshold=t.au_threshold,
+        ceiling_gbps=ceiling["gb_per_s"],
+        stored_per_payload=kind.stored_per_payload(),
+        accelerators=n_acc,
+        auto=opts.accelerators_auto,
+        cpus=usable_cpus(),
+        ceiling_bytes=int(ceiling.get("bytes") or 0),
+        drawn=(here, float(asked))
+        if spread and isinstance(asked, int | float) and asked > 0 and abs(here / asked - 1) > 0.01
+        else None,
+    )
+    if sizing is not None:
+        notes.append(sizing)
     if mount is not None and network_type(mount.fstype):
         notes.append(
             f"{wl.name}: the dataset is on a network or FUSE file system ({mount.fstype} at "
