@@ -28,6 +28,7 @@ from headrace._pack import Field, pack
 from headrace._stacking import PLAIN
 from headrace.errors import ConfigError
 from headrace.pipeline import Batch, Source
+from headrace.pipeline._stall import Running
 
 __all__ = ["RingConfig"]
 
@@ -39,6 +40,11 @@ _STARTED_MSG = struct.Struct("<Bq")  # kind, the run a worker has begun (persist
 _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker
 _RUN = b"r"
 _ALIGN = 64  # each region starts on a cache line, and on any dtype's alignment
+# What a worker runs now (:class:`Doing`): a count of its changes (odd while one is being
+# written), the start (time.monotonic(): one clock for every process), first and last
+# step, the name's bytes; then the name, UTF-8.
+_DOING = struct.Struct("<qdqqq")
+_DOING_BYTES = 256
 
 # A region's dtype: its string ("<f4"), or the dtype itself where the string drops a
 # part of it (a structured dtype's fields: "|V12").
@@ -81,6 +87,43 @@ class RingConfig:
                 f"need workers >= 1, slots >= 2 and start >= 0 (got workers={self.workers}, "
                 f"slots={self.slots}, start={self.start})."
             )
+
+
+class Doing:
+    """The transform or Mapped fn a worker runs now, which the main process's stall
+    warning names (where the training loop waits: it named the worker and asked "stalled
+    storage?", and only the worker's own warning, on its stderr, named it). A block of
+    ``multiprocessing``'s shared heap, made by the main process, handed to the worker with
+    its start (as its pipes are), written by the worker as what it runs changes
+    (:func:`~headrace.pipeline._stall.running`): a count odd while being written, read
+    again until it holds still."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.block = ctx.RawArray("B", _DOING_BYTES)
+
+    def tell(self, now: Running | None) -> None:
+        """In the worker: ``now`` runs (``None``: nothing)."""
+        cells = memoryview(self.block).cast("B")
+        count = _DOING.unpack_from(cells)[0]
+        _DOING.pack_into(cells, 0, count + 1, 0.0, -1, -1, 0)  # odd: being written
+        if now is None:
+            _DOING.pack_into(cells, 0, count + 2, 0.0, -1, -1, 0)
+            return
+        what, first, last, t0 = now
+        name = what.encode()[: _DOING_BYTES - _DOING.size]
+        cells[_DOING.size : _DOING.size + len(name)] = name
+        _DOING.pack_into(cells, 0, count + 2, t0, first, last, len(name))
+
+    def now(self) -> Running | None:
+        """In the main process: what the worker runs (``None``: nothing, or it would not
+        hold still)."""
+        cells = memoryview(self.block).cast("B")
+        for _ in range(100):
+            count, t0, first, last, n = _DOING.unpack_from(cells)
+            name = bytes(cells[_DOING.size : _DOING.size + n])
+            if count % 2 == 0 and _DOING.unpack_from(cells)[0] == count:
+                return None if n == 0 else (name.decode(errors="replace"), first, last, t0)
+        return None
 
 
 def _nbytes(dtype: DtypeAt, shape: tuple[int, ...]) -> int:

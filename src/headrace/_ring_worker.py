@@ -47,6 +47,7 @@ from headrace._ring_layout import (
     _SLOT_MSG,
     _STARTED,
     _STARTED_MSG,
+    Doing,
     Layout,
     Region,
     RingConfig,
@@ -55,6 +56,7 @@ from headrace._ring_layout import (
 )
 from headrace.errors import HeadraceError
 from headrace.pipeline import Batch, Loader
+from headrace.pipeline._stall import publish_running
 
 __all__: list[str] = []
 
@@ -269,11 +271,15 @@ class _Producer:
         return True
 
 
-def _worker(config: bytes, w: int, out: Connection, back: Connection, alive: Connection) -> None:
+def _worker(
+    config: bytes, w: int, out: Connection, back: Connection, alive: Connection, doing: Doing
+) -> None:
     """Produce this worker's steps into its ring until done, told to stop, or failed;
     a persistent worker then waits for its next run (:class:`_Inbox`), and begins it
-    with ``_STARTED``, after everything it sent for the last."""
+    with ``_STARTED``, after everything it sent for the last. What transform or Mapped fn
+    it runs, the oldest, goes to ``doing``, which the main process's stall warning names."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    publish_running(lambda now: doing.tell(now[0] if now else None))
     named = _Named()
     _watch_lifeline(alive, named)
     producer: _Producer | None = None

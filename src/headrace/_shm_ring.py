@@ -46,6 +46,7 @@ from headrace._ring_layout import (
     _SLOT_MSG,
     _STARTED,
     _STARTED_MSG,
+    Doing,
     FieldAt,
     Layout,
     RingConfig,
@@ -138,6 +139,7 @@ class WorkerBatches:
         self.persistent = persistent
         self.ctx = mp_context(context)
         self._procs: list[BaseProcess] = []
+        self._doing: list[Doing] = []  # per worker: what it runs (a stall warning names it)
         self._out: list[Connection] = []  # worker -> main: layout, chunk, end, error
         self._back: list[Connection] = []  # main -> worker: mapped, returned slots
         self._alive: Connection | None = None  # never written: its closing stops the workers
@@ -237,9 +239,10 @@ class WorkerBatches:
             for w in range(k):
                 out_r, out_w = self.ctx.Pipe(duplex=False)
                 back_r, back_w = self.ctx.Pipe(duplex=False)
+                doing = Doing(self.ctx)
                 p = self.ctx.Process(  # type: ignore[attr-defined]
                     target=_worker,
-                    args=(config, w, out_w, back_r, alive_r),
+                    args=(config, w, out_w, back_r, alive_r, doing),
                     name=f"headrace-worker-{w}",
                     daemon=True,
                 )
@@ -251,6 +254,7 @@ class WorkerBatches:
                     self.close()  # the workers already started
                     raise
                 self._procs.append(p)
+                self._doing.append(doing)
                 self._out.append(out_r)
                 self._back.append(back_w)
                 # Our copies of the worker's ends go, so a dead worker reads as EOF here.
@@ -320,9 +324,11 @@ class WorkerBatches:
         reads are not this process's, so it names the worker, whose own loader warns
         on stderr naming them (the same ``stall_warn_s``)."""
         after = self.cfg.loader.get("stall_warn_s", DEFAULT_STALL_WARN_S)
-        k, pid = self.cfg.workers, self._procs[w].pid or 0
+        k, pid, doing = self.cfg.workers, self._procs[w].pid or 0, self._doing[w]
         return StallWatch(
-            after, lambda: t, lambda waited, at: worker_stall_message(waited, at, w, k, pid)
+            after,
+            lambda: t,
+            lambda waited, at: worker_stall_message(waited, at, w, k, pid, doing.now()),
         )
 
     def _receive_watched(
@@ -483,6 +489,7 @@ class WorkerBatches:
             children.discard(p)
         alive, conns = self._alive, (*self._out, *self._back)
         self._alive, self._procs, self._out, self._back, self._rings = None, [], [], [], []
+        self._doing = []
         self._ready, self._started = [], None
         self._pending.clear()
         for c in (*conns, *([alive] if alive is not None else [])):
@@ -506,6 +513,7 @@ class WorkerBatches:
                 return  # closed already (perhaps at exit, before this iterator's finaliser)
             # Unlisted first: a close() reentering from a finaliser has nothing to do.
             self._alive, self._procs, self._out, self._back, self._rings = None, [], [], [], []
+            self._doing = []
             self._started = None
             if alive is not None:  # first: a worker in a long read leaves after a grace
                 alive.close()

@@ -53,7 +53,14 @@ from headrace.pipeline._shutdown import (
     closed_at_exit,
     left_behind,
 )
-from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch, stall_message
+from headrace.pipeline._stall import (
+    DEFAULT_STALL_WARN_S,
+    Running,
+    StallWatch,
+    running,
+    running_now,
+    stall_message,
+)
 from headrace.pipeline._steps import chunked, first_owned, remaining_steps, run_over, savable
 from headrace.pipeline._transform import (
     Laid,
@@ -250,9 +257,9 @@ class Loader(Closing):
         self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
         self._watch = StallWatch(self.stall_warn_s, self._next_step, self._stall_said)
-        # The transform running now (its name, first and last step, start): a stall
-        # warning names it (time.monotonic() at its start).
-        self._transforming: tuple[str, int, int, float] | None = None
+        # The transform running now ("transform <name>", first and last step,
+        # time.monotonic() at its start): a stall warning names it.
+        self._transforming: Running | None = None
         # Each key's first layout out of the transform: one that follows a call's rows
         # (and so the chunking) is refused (check_laid).
         self._laid: dict[str, Laid] = {}
@@ -463,9 +470,9 @@ class Loader(Closing):
         if self.transform is not None:
             t0 = time.perf_counter()
             name = transform_name(self.transform)
-            self._transforming = (name, steps[0], steps[-1], time.monotonic())
             try:
-                arrays = apply_transform(self.transform, arrays, self.seed, samples, self._laid)
+                with running(f"transform {name}", steps[0], steps[-1]) as self._transforming:
+                    arrays = apply_transform(self.transform, arrays, self.seed, samples, self._laid)
             finally:
                 self._transforming = None
             self.stats.transform_s += time.perf_counter() - t0
@@ -705,8 +712,15 @@ class Loader(Closing):
         return None
 
     def _stall_said(self, waited_s: float, step: int) -> str:
-        """The stall warning: this process's reads in flight, and the transform running."""
-        return stall_message(waited_s, step, reads_in_flight(), self._transforming)
+        """The stall warning: this process's reads in flight, and the transform and
+        Mapped fns running (a source's function, run inside a read: of the steps read)."""
+        functions = [] if self._transforming is None else [self._transforming]
+        inside = self._inside
+        for what, _, _, t0 in running_now():
+            if what.startswith("Mapped fn "):  # (other loaders' transforms are not ours)
+                first, last = (-1, -1) if inside is None else inside[:2]
+                functions.append((what, first, last, t0))
+        return stall_message(waited_s, step, reads_in_flight(), functions)
 
     def _next_step(self) -> int:
         """The next step this loader yields (its own: every k-th with a ``step_stride``)."""

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from headrace.errors import ConfigError
 from headrace.pipeline._layout import Batch, nbytes
 from headrace.pipeline._loader_types import Source
+from headrace.pipeline._stall import running
 from headrace.pipeline._transform import (
     Samples,
     Transform,
@@ -116,8 +117,10 @@ class Mapped(Wrapped):
             # decoded): nothing to map; a mixture checks this source at its first read.
             return {}
         try:
-            with draws_checked(f"{self!r}: fn", seed, samples):
-                out = self.fn(arrays, Samples(seed, samples, self._stream))
+            # Named by a stall warning meanwhile (it said "the source may be decoding").
+            with running(f"Mapped fn {transform_name(self.fn)}"):
+                with draws_checked(f"{self!r}: fn", seed, samples):
+                    out = self.fn(arrays, Samples(seed, samples, self._stream))
         except StopIteration as exc:  # out of the loader's generator: a bare RuntimeError
             raise stopped(f"{self!r}: fn", seed, samples) from exc
         except Exception as exc:

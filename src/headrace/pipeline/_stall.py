@@ -14,12 +14,13 @@ warnings: what is read and in which order never depends on it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from headrace._warn import warn_user
@@ -28,8 +29,12 @@ from headrace.io._waits import wake, wakeup
 
 __all__ = [
     "DEFAULT_STALL_WARN_S",
+    "Running",
     "StallWatch",
     "arrived_message",
+    "publish_running",
+    "running",
+    "running_now",
     "stall_message",
     "worker_stall_message",
 ]
@@ -45,27 +50,67 @@ _SEE = ' (docs/io.md, "Stalled storage")'
 _WORDS = {"list": "listing"}  # ReadInFlight.what -> its noun
 
 
+#: A function running on a read's arrays: what it is ("transform <name>", "Mapped fn
+#: <name>"), its first and last step (-1: not known where it runs) and
+#: time.monotonic() at its start (CLOCK_MONOTONIC: one clock for every process).
+Running = tuple[str, int, int, float]
+
+# The transforms and Mapped fns running now in this process, by call (a Mixture runs its
+# sources' on the pool's threads); dict operations are atomic, as _in_flight's.
+_RUNNING: dict[int, Running] = {}
+_CALLS = itertools.count()
+# Told of each change, under _TELLING (a worker process tells its main process:
+# headrace._ring_layout.Doing).
+_published: list[Callable[[list[Running]], None]] = []
+_TELLING = threading.Lock()
+
+
+@contextmanager
+def running(what: str, first: int = -1, last: int = -1) -> Iterator[Running]:
+    """The ``with`` block is ``what`` running on steps ``first``-``last`` (given as the
+    ``as`` target): a stall warning meanwhile names it (:func:`running_now`)."""
+    key = next(_CALLS)
+    _RUNNING[key] = entry = (what, first, last, time.monotonic())
+    _told()
+    try:
+        yield entry
+    finally:
+        del _RUNNING[key]
+        _told()
+
+
+def publish_running(tell: Callable[[list[Running]], None]) -> None:
+    """Call ``tell(running_now())`` at each change of what runs, from here on."""
+    _published.append(tell)
+
+
+def _told() -> None:
+    if _published:
+        with _TELLING:  # one at a time: a Mixture's pool threads change it together
+            now = running_now()
+            for tell in _published:
+                tell(now)
+
+
+def running_now() -> list[Running]:
+    """The transforms and Mapped fns running now in this process, oldest first."""
+    return sorted(_RUNNING.copy().values(), key=lambda r: r[3])
+
+
 def stall_message(
     waited_s: float,
     step: int,
     reads: list[ReadInFlight],
-    transforming: tuple[str, int, int, float] | None = None,
+    transforming: Sequence[Running] = (),
 ) -> str:
     """The warning for a consumer that has waited ``waited_s`` for step ``step``;
-    ``transforming``: the loader's transform running meanwhile, as ``(name, first step,
-    last step, time.monotonic() at its start)``, which a slow augmentation's wait is in
-    (its warning said "no read ... in flight (the source may be decoding...)" until
-    2026-12-07, and named no transform)."""
+    ``transforming``: the loader's transform and the Mapped fns running meanwhile
+    (:data:`Running`), which a slow augmentation's wait is in (its warning said "no
+    read ... in flight (the source may be decoding...)" until 2026-12-07, and named no
+    transform; a Mapped fn's, until 2026-12-07 too)."""
     head = f"headrace: no batch for {waited_s:.1f} s (step {step}): "
-    if transforming is not None:
-        name, first, last, t0 = transforming
-        steps = f"step {first}" if first == last else f"steps {first}-{last}"
-        said = (
-            f"transform {name} has run for {time.monotonic() - t0:.1f} s on {steps}; the "
-            "wait is the transform's: spread it over (more) worker processes "
-            "(HeadraceDataLoader(num_workers=k)), or make it cheaper (fewer Python "
-            "operations a row, work on the whole array, or on the GPU)"
-        )
+    if transforming:
+        said = _running(transforming)
         if not reads:
             return head + said
         return head + said + "; meanwhile " + _reads(reads) + _SEE
@@ -77,6 +122,28 @@ def stall_message(
     else:
         said = _reads(reads)
     return head + said + _SEE
+
+
+def _running(functions: Sequence[Running], workers: int | None = None) -> str:
+    """``"transform f has run for 2.0 s on step 3; the wait is the transform's: ..."``
+    (``workers``: how many worker processes run it now, if any)."""
+    now = time.monotonic()
+    named: dict[str, str] = {}  # one a name (a Mixture's pool runs several): the oldest
+    for what, first, last, t0 in sorted(functions, key=lambda r: r[3]):
+        named.setdefault(what, f"{what} has run for {now - t0:.1f} s{_on_steps(first, last)}")
+    whose = "theirs" if len(named) > 1 else "the function's"
+    if len(named) == 1 and next(iter(named)).startswith("transform "):
+        whose = "the transform's"
+    spread = (
+        "(more) worker processes (HeadraceDataLoader(num_workers=k))"
+        if workers is None
+        else f"more worker processes (num_workers, now {workers})"
+    )
+    return (
+        f"{', and '.join(named.values())}; the wait is {whose}: spread it over {spread}, or "
+        "make it cheaper (fewer Python operations a row, work on the whole array, or on the "
+        "GPU)"
+    )
 
 
 def _reads(reads: list[ReadInFlight]) -> str:
@@ -94,9 +161,24 @@ def _reads(reads: list[ReadInFlight]) -> str:
     )
 
 
-def worker_stall_message(waited_s: float, step: int, worker: int, workers: int, pid: int) -> str:
+def _on_steps(first: int, last: int) -> str:
+    if first < 0:  # not known where it runs
+        return ""
+    return f" on step {first}" if first == last else f" on steps {first}-{last}"
+
+
+def worker_stall_message(
+    waited_s: float, step: int, worker: int, workers: int, pid: int, doing: Running | None = None
+) -> str:
     """The warning for a main process that has waited ``waited_s`` for step ``step``
-    from worker process ``worker`` (of ``workers``, process ``pid``)."""
+    from worker process ``worker`` (of ``workers``, process ``pid``); ``doing``: the
+    transform or Mapped fn that worker runs now (until 2026-12-07 never named
+    here, only on the worker's stderr, and this said "stalled storage?")."""
+    if doing is not None:
+        return (
+            f"headrace: no batch for {waited_s:.1f} s (step {step}): waiting for worker "
+            f"{worker} of {workers} (pid {pid}), whose {_running([doing], workers)}"
+        )
     return (
         f"headrace: no batch for {waited_s:.1f} s (step {step}): waiting for worker {worker} "
         f"of {workers} (pid {pid}), which reads it; the worker's own warnings on stderr name "
@@ -253,5 +335,14 @@ class _Watcher:
         self._wakes_at = math.inf
 
 
+def _forget_running() -> None:
+    # After fork: the parent's threads' functions do not run here, nor its publishers.
+    global _TELLING
+    _RUNNING.clear()
+    _published.clear()
+    _TELLING = threading.Lock()  # a parent's thread may have held it at the fork
+
+
 _WATCHER = _Watcher()
 os.register_at_fork(after_in_child=_WATCHER.forget)
+os.register_at_fork(after_in_child=_forget_running)

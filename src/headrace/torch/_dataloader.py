@@ -27,7 +27,7 @@ from headrace.torch._dataset import TorchDataset
 from headrace.torch._fork_server import preload
 from headrace.torch._ragged import RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch, from_numpy, pinnable, tensorable, to_tensors
-from headrace.torch._wrappers import lightning_prefetched
+from headrace.torch._wrappers import lightning_evaluation, lightning_prefetched
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
 
@@ -238,6 +238,10 @@ class HeadraceDataLoader(Closing):
             _start_fork_server(self.context)
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
+        # The Lightning evaluation whose loop began the last iteration (its trainer, the
+        # stage, and where this loader stood before: its step, and whether an iteration
+        # had moved it), while it may matter (:meth:`_by_lightning`).
+        self._evaluation: tuple[weakref.ref[Any], object, int, bool] | None = None
 
     @property
     def prefetch_factor(self) -> int | None:
@@ -263,6 +267,7 @@ class HeadraceDataLoader(Closing):
         return True
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        self._by_lightning()
         # Said at iter(), not at the first next(): Lightning's fit loop makes the iterator
         # of each of max_epochs epochs, and asks an empty one for nothing.
         moved = self.dataset._went  # an iteration left it there, no state loaded since
@@ -270,6 +275,48 @@ class HeadraceDataLoader(Closing):
         batches = self._iterate(moved)
         self.dataset._live = weakref.ref(batches)
         return batches
+
+    def _by_lightning(self) -> None:
+        """Note the Lightning evaluation this iteration is for, if any; after a sanity
+        check, first put the loader back where it stood before it.
+
+        Lightning keeps an evaluation's iterator until the next evaluation makes a new
+        one, and throws a sanity check's batches away (a map-style loader's next
+        iterator starts at its first batch again): after the check of
+        ``num_sanity_val_steps=2``, ``state_dict()`` named step 2, so a state of an
+        exact pass saved mid-training and loaded outside Lightning left out its first 2
+        batches, and a val loader over ``steps=`` began its first validation at step 2."""
+        before = self._sanity_checked()
+        if before is not None:
+            step, went = before
+            self.load_state_dict(self.dataset.state_at(step))
+            self.dataset._went = went
+        found = lightning_evaluation()
+        if found is None:
+            self._evaluation = None
+            return
+        trainer, stage = found
+        last = self._evaluation
+        if last is not None and last[0]() is trainer and not self._left_by_lightning():
+            return  # that evaluation's iter() again (Lightning checks that it iterates)
+        self._evaluation = (weakref.ref(trainer), stage, self.step, self.dataset._went)
+
+    def _left_by_lightning(self) -> bool:
+        """Whether a Lightning evaluation began the last iteration and is over: Lightning
+        keeps its iterator, and the next evaluation makes a new one."""
+        if self._evaluation is None:
+            return False
+        trainer = self._evaluation[0]()
+        now = getattr(getattr(trainer, "state", None), "stage", None)
+        return trainer is None or now != self._evaluation[1]
+
+    def _sanity_checked(self) -> tuple[int, bool] | None:
+        """Where the loader stood before a Lightning sanity check that began the last
+        iteration and is over: its step, and whether an iteration had moved it."""
+        if self._evaluation is None or not self._left_by_lightning():
+            return None
+        _, stage, step, went = self._evaluation
+        return (step, went) if getattr(stage, "value", None) == "sanity_check" else None
 
     def _iterate(self, moved: bool) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
@@ -412,15 +459,18 @@ class HeadraceDataLoader(Closing):
 
         Under a Lightning fit loop, a batch its fetcher has taken ahead of the training
         step (from a loader without ``len()``) counts as not received."""
+        ds = self.dataset
+        if self._left_by_lightning():  # where Lightning's next evaluation starts
+            step, went = self._sanity_checked() or (self.step, True)
+            return ds.state_at(starts_at(step, ds.steps, ds.epochs, went))
         # An exact pass a loop has left part way names step 0, where the next iteration
         # starts (TorchDataset._resumes_at).
-        return self.dataset.state_at(
-            self.dataset._resumes_at(self.step - lightning_prefetched(self))
-        )
+        return ds.state_at(ds._resumes_at(self.step - lightning_prefetched(self)))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the saved step; an iterator already running raises StateError."""
         self.dataset.load_state_dict(state)
+        self._evaluation = None  # a sanity check before it is not undone over it
         # The workers of a running iteration would go on filling their rings (persistent
         # ones only until their slots are full: the next iter() tells them the new start).
         self._stop(keep_workers=self.persistent_workers)

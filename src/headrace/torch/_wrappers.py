@@ -43,7 +43,7 @@ from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["lightning_prefetched", "refuse_wrappers", "self_of"]
+__all__ = ["lightning_evaluation", "lightning_prefetched", "refuse_wrappers", "self_of"]
 
 #: How many callers up to look: accelerate's wrappers and Lightning's fit loop are a
 #: dozen or so up from ``TorchDataset.__iter__``, and a forked DataLoader worker's
@@ -63,6 +63,10 @@ _RECIPE = "docs/frameworks.md#trainers-accelerate-lightning-hugging-face-trainer
 _FIT_LOOPS = {
     "lightning.pytorch.loops.fit_loop._FitLoop",
     "pytorch_lightning.loops.fit_loop._FitLoop",
+}
+_EVALUATION_LOOPS = {
+    "lightning.pytorch.loops.evaluation_loop._EvaluationLoop",
+    "pytorch_lightning.loops.evaluation_loop._EvaluationLoop",
 }
 
 
@@ -193,3 +197,20 @@ def lightning_prefetched(loader: object) -> int:
             return len(held) if isinstance(held, list) else 0
         frame = frame.f_back
     return 0
+
+
+def lightning_evaluation() -> tuple[Any, object] | None:
+    """The Lightning trainer whose evaluation loop (a sanity check, validation, test) is
+    up the caller's stack, and its stage (``trainer.state.stage``) now; ``None`` where
+    there is none."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        obj = self_of(frame)
+        if obj is not None and not _EVALUATION_LOOPS.isdisjoint(_kinds(obj)):
+            trainer = getattr(obj, "trainer", None)
+            state = getattr(trainer, "state", None)
+            return None if state is None else (trainer, getattr(state, "stage", None))
+        frame = frame.f_back
+    return None
