@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from headrace._closing import Closing
 from headrace._warn import warn_user
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_decode import default_decode_threads
 from headrace.formats._images import PNG16_PART, ImageMode
 from headrace.formats._names import ambiguous_names
@@ -67,7 +67,14 @@ class TableSource(Closing):
     (default): a padded ``labels`` list of integers, unless ``pad_values`` names it
     (``pad_values={"labels": 0}`` or ``label_columns=[]``: pad with 0, as before
     2026-12-03). ``vocab_size`` checks a label column's ids, not its
-    ``ignore_index``.
+    ``ignore_index``. A mapping pairs each label column with the ids it is the targets
+    of (``{"labels": "input_ids"}``): a row whose labels are not as many as its ids would
+    pair labels with other tokens, and is refused when read
+    (:class:`~headrace.errors.FormatError` naming its file, row and both lengths); a
+    list pairs none. ``None`` pairs ``labels`` with ``input_ids`` where both are read
+    and refuses the rows of other lengths whose kept labels are their ids (a causal LM's
+    SFT row cut apart), not a seq2seq model's decoder labels (T5's, BART's: lengths and
+    tokens of their own), read as before.
 
     ``shuffle``: ``"full"`` permutes all rows per epoch; ``"window"`` visits
     windows of consecutive row groups (at most ``window_rows`` rows, or one
@@ -131,7 +138,7 @@ class TableSource(Closing):
         width: int | None = None,
         widths: Mapping[str, int | tuple[int, int]] | None = None,
         pad_values: Mapping[str, int] | None = None,
-        label_columns: Sequence[str] | None = None,
+        label_columns: Sequence[str] | Mapping[str, str] | None = None,
         ignore_index: int = -100,
         pad_side: Literal["right", "left"] = "right",
         truncate: bool = False,
@@ -253,6 +260,8 @@ class TableSource(Closing):
         if pad_side not in ("right", "left"):
             raise ConfigError(f"pad_side must be 'right' or 'left' (got {pad_side!r}).")
         self.label_columns = self._label_columns(label_columns, ignore_index, pads)
+        self._paired = self._label_ids(label_columns)
+        self._guessed = label_columns is None  # pairs guessed: seq2seq labels let through
         self.ignore_index: int | None = int(ignore_index) if self.label_columns else None
         # A NumPy scalar as its Python number: the fingerprint (and the state) is JSON.
         # Only the pads written are in it, not where they came from: a state saved with
@@ -311,7 +320,10 @@ class TableSource(Closing):
                 )
 
     def _label_columns(
-        self, names: Sequence[str] | None, ignore_index: int, pads: Mapping[str, int]
+        self,
+        names: Sequence[str] | Mapping[str, str] | None,
+        ignore_index: int,
+        pads: Mapping[str, int],
     ) -> list[str]:
         """The padded columns that hold targets, padded with ``ignore_index`` so a loss
         skips their padding: ``names``, checked, or (``None``) a padded ``labels``
@@ -350,6 +362,67 @@ class TableSource(Closing):
                 f"{[pads[c] for c in both]}: name each in one of them"
             )
         return names
+
+    def _label_ids(self, given: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+        """Each label column paired with the ids it holds the targets of, one a token:
+        ``given``'s pairs, or (``None``) ``labels`` with ``input_ids`` where both are
+        padded lists of integers (a causal LM's SFT table, as ``datasets`` writes it)."""
+        cols = self.table.columns
+        lists = [c for c in self.widths if cols[c].kind == "ragged"]
+        if given is None:
+            ids = "input_ids"
+            paired = ids in lists and cols[ids].dtype.kind in "iu"
+            return {c: ids for c in self.label_columns if c == "labels" and paired}
+        if not isinstance(given, Mapping):
+            return {}
+        pairs = {str(c): ids for c, ids in given.items()}
+        wrong = {c: ids for c, ids in pairs.items() if ids not in lists or ids == c}
+        if wrong:
+            raise ConfigError(
+                f"{self._where()}: label_columns pairs label column(s) with {wrong}, which "
+                f"are not other padded lists read here; those are {lists} (give "
+                "label_columns={'labels': 'input_ids'}, or a list to pair none)"
+            )
+        return pairs
+
+    def _causal(self, labels: Ragged, tokens: Ragged, i: int) -> bool:
+        """Whether row ``i``'s labels are a causal LM's of its ids: each one kept (not
+        ``ignore_index``) is the id at its place, over the length both hold, and one is
+        kept. A seq2seq model's decoder labels (T5's, BART's: lengths of their own) are
+        not, and are read as before; a causal row cut or padded apart is."""
+        a, b = int(labels.offsets[i]), int(tokens.offsets[i])
+        n = min(int(labels.offsets[i + 1]) - a, int(tokens.offsets[i + 1]) - b)
+        lab, tok = labels.values[a : a + n], tokens.values[b : b + n]
+        kept = lab != self.ignore_index
+        return bool(kept.any()) and bool((lab[kept] == tok[kept]).all())
+
+    def _check_paired(
+        self, data: Mapping[str, Any], rows: NDArray[np.int64], samples: NDArray[np.int64]
+    ) -> None:
+        """Refuse the first row (in plan order) whose labels are not as many as its ids:
+        padded apart, a shorter one would pair every label after its end with -100 and a
+        different one every label with another token (until 2026-12-07, read so)."""
+        for c, ids in self._paired.items():
+            labels, tokens = data[c], data[ids]
+            assert isinstance(labels, Ragged) and isinstance(tokens, Ragged)
+            have, want = np.diff(labels.offsets), np.diff(tokens.offsets)
+            differ = np.flatnonzero(have != want)
+            if self._guessed:  # paired by default: only rows whose labels are their ids'
+                differ = differ[[self._causal(labels, tokens, int(i)) for i in differ]]
+            if not differ.size:
+                continue
+            i = int(differ[0])
+            where = self.table.row_names(rows[i : i + 1], samples[i : i + 1], c)[0]
+            exc = FormatError(
+                f"{where} has {int(have[i])} labels but {int(want[i])} ids in {ids!r} "
+                f"({differ.size} of the {rows.size} rows read differ): a causal LM's labels "
+                "are the targets of its ids, one a token, so each row needs as many; write "
+                f"{c!r} again from {ids!r} (Hugging Face SFT: the ids with the prompt's set "
+                f"to -100), or, where they are a seq2seq model's decoder labels (T5, BART: "
+                f"lengths of their own), pass label_columns=[{c!r}], which pairs none"
+            )
+            setattr(exc, "sample", int(samples[i]))  # noqa: B010 (check() lists it by sample)
+            raise exc
 
     def _list_widths(
         self, widths: Mapping[str, Any], width: object, pad_side: str
@@ -570,6 +643,8 @@ class TableSource(Closing):
             return {}
         rows = self._rows(seed, samples)
         data = self.table.read_rows(rows, self.names)
+        if self._paired:
+            self._check_paired(data, rows, samples)
         out: dict[str, NDArray[Any]] = {}
         for c in self.names:
             v = data[c]

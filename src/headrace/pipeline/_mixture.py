@@ -490,19 +490,14 @@ class Mixture(Closing):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
                 if all(type(src).__name__ in _OUT_DTYPE for src in pair):
                     fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
-                if tokens and "x" in got and "x" in want:
-                    a, b = got["x"][0], want["x"][0]
-                    wide = a if a.itemsize > b.itemsize else b if b.itemsize > a.itemsize else None
-                    narrow, who = (b, first) if wide is a else (a, self.names[s])
-                    fix = (
-                        f"token files of one tokenizer mix in one dtype: widen each {narrow.name} "
-                        f"source ({who!r} here) with Mapped(source, fn), fn(arrays, samples) "
-                        f"returning {{k: v.astype(np.{wide.name}) if k in ('x', 'y') else v "
-                        "for k, v in arrays.items()} (defined at module level), or write "
-                        f"its files as {wide.name}"
-                        if wide is not None
-                        else f"write one source's files in the other's dtype, or {fix}"
-                    ) + "; ids of two tokenizers are two vocabularies, which no dtype makes one"
+                casts = _integer_casts(got, want)
+                if casts is not None:
+                    sides = ((self.names[s], raw_got, pair[0]), (first, raw_want, pair[1]))
+                    fix = _widen_advice(sides, casts, tokens) or fix
+                elif tokens:
+                    fix = f"write one source's files in the other's dtype, or {fix}"
+                if tokens:
+                    fix += "; ids of two tokenizers are two vocabularies, which no dtype makes one"
                 text = [k for k in sorted(got) if {got[k][0].kind, want[k][0].kind} == {"S", "U"}]
                 if text:
                     # NumPy would decode the bytes as ASCII: at the first that is not, a
@@ -659,6 +654,63 @@ def _alike(
     return got.keys() == want.keys() and all(
         got[k][1] == want[k][1] and widened(got[k][0], want[k][0]) is not None for k in got
     )
+
+
+def _integer_casts(
+    got: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
+    want: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
+) -> dict[str, np.dtype[Any]] | None:
+    """The dtype each key of integers that differs between two layouts widens to (uint16
+    ids beside int32: int32; y of labels, int64, beside a token file's uint16: int64), or
+    ``None`` where another key differs, or two dtypes hold no integer one (uint64, int64)."""
+    out = {}
+    for k in got:
+        a, b = got[k][0], want[k][0]
+        if widened(a, b) is not None:
+            continue
+        wide = np.promote_types(a, b) if a.kind in "iu" and b.kind in "iu" else None
+        if wide is None or wide.kind not in "iu":
+            return None
+        out[k] = wide
+    return out
+
+
+def _widen_advice(
+    sides: tuple[tuple[str, dict[str, tuple[np.dtype[Any], tuple[int, ...]]], Any], ...],
+    casts: dict[str, np.dtype[Any]],
+    tokens: bool,
+) -> str:
+    """What to pass so two layouts of integers differing in width mix: each source's own
+    casts, the keys it holds narrower only (a source widened whole, its y of labels cast
+    down to its ids' dtype, was refused again beside the other's until 2026-12-07)."""
+    parts = []
+    for name, layout, _ in sides:
+        mine = {k: d for k, d in casts.items() if layout[k][0] != d}
+        if not mine:
+            continue
+        cast = ", ".join(f"{k!r}: arrays[{k!r}].astype(np.{d.name})" for k, d in mine.items())
+        ids = f" (or write its ids as {mine['x'].name})" if tokens and "x" in mine else ""
+        parts.append(
+            f"widen {name!r} with Mapped(source, fn), fn(arrays, samples) returning "
+            f"{{**arrays, {cast}}}{ids}"
+        )
+    if not parts:
+        return ""
+    out = "; and ".join(parts) + " (fn defined at module level)"
+    if "y" in casts:
+        masks = {n: getattr(src, "ignore_index", None) for n, _, src in sides}
+        plain = [
+            n for n, _, src in sides if type(src).__name__ == "TokenSource" and masks[n] is None
+        ]
+        marked = [(n, v) for n, v in masks.items() if isinstance(v, int)]
+        if plain and marked:
+            out += (
+                f"; {plain[0]!r} masks no target (its y is the next ids, documents' first "
+                "included): TokenSource(..., positions=..., targets='documents', "
+                f"ignore_index={marked[0][1]}) masks those that begin a document, as "
+                f"{marked[0][0]!r} does"
+            )
+    return out
 
 
 def _describe(layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]) -> str:
