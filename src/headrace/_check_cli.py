@@ -132,7 +132,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "class are refused",
     )
     p.add_argument("--batch-size", type=int, default=64, help="samples a read (default 64)")
-    p.add_argument("--most", type=int, default=100, help="stop after this many problems")
+    p.add_argument(
+        "--most",
+        type=int,
+        default=100,
+        help="stop after this many problems; the samples of one message (a truncated or "
+        "deleted file's, an object's 403) are one problem, each still listed in --json",
+    )
     p.add_argument(
         "--shard",
         default="0/1",

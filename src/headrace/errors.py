@@ -10,6 +10,7 @@ HeadraceError
 ├── ConfigError (ValueError)          a bad argument or configuration
 ├── DataError                         bad input data
 │   ├── FormatError                   bytes that do not parse as their format
+│   │   └── CodecUnavailableError     ... or that this process lacks the codec for
 │   └── EmptyRowsError                replacement limit exceeded for all-padding rows
 ├── StateError                        a checkpoint that does not fit this loader
 └── StorageError (OSError)            the storage failed us
@@ -23,6 +24,7 @@ HeadraceError
 from __future__ import annotations
 
 __all__ = [
+    "CodecUnavailableError",
     "ConfigError",
     "DataError",
     "EmptyRowsError",
@@ -51,6 +53,14 @@ class DataError(HeadraceError):
 
 class FormatError(DataError):
     """Bytes do not parse as the format they claim to be."""
+
+
+class CodecUnavailableError(FormatError):
+    """The file needs a codec this process has not loaded (an HDF5 filter plugin, an image
+    decoder Pillow was built without): the bytes may be sound, and another process, or this
+    one set up otherwise, reads them. Not damage, so ``on_corrupt="replace"`` raises it
+    rather than replacing the file's samples, and a check stops at it rather than listing
+    every such file as a bad one."""
 
 
 class EmptyRowsError(DataError):

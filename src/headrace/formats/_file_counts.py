@@ -30,7 +30,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import some_of
-from headrace.errors import ConfigError, DataError, HeadraceError, ReadEOFError
+from headrace.errors import (
+    CodecUnavailableError,
+    ConfigError,
+    DataError,
+    HeadraceError,
+    ReadEOFError,
+)
 from headrace.formats._array_record import BLOCK_SIZE, read_index
 from headrace.formats._file_list import FileList, is_object_url
 from headrace.formats._file_list_objects import is_url_pattern
@@ -243,8 +249,8 @@ def header_counts(
                     try:
                         result(fut)
                     except DataError as exc:
-                        if corrupt is None:
-                            failed.append((i, exc))
+                        if corrupt is None or isinstance(exc, CodecUnavailableError):
+                            failed.append((i, exc))  # (no damage either: raised)
                         else:  # (a storage error is no damage of the file: raised)
                             counts[i] = 0
                             corrupt[i] = exc

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError
+from headrace.errors import CodecUnavailableError, ConfigError, DataError, FormatError
 from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item
@@ -130,6 +130,8 @@ class FileDecoder:
                 continue
             try:
                 return self.name(g), sorted(self._decoded(g, self.fetch(g)))
+            except CodecUnavailableError:
+                raise  # not corrupt (see _checked)
             except DataError:
                 continue  # corrupt itself: the next one says
         return self.name(f), keys
@@ -290,11 +292,13 @@ class FileDecoder:
         return out
 
     def _checked(self, fn: Callable[[], Sample]) -> Sample | DataError:
-        """``fn()``; with ``on_corrupt="replace"``, a data error it raises is returned."""
+        """``fn()``; with ``on_corrupt="replace"``, a data error it raises is returned, but
+        a :class:`CodecUnavailableError` (a filter plugin this process has not loaded): the
+        file is sound, and replacing it trained on the other files alone, silently."""
         try:
             return fn()
         except DataError as exc:
-            if self.config.on_corrupt == "raise":
+            if self.config.on_corrupt == "raise" or isinstance(exc, CodecUnavailableError):
                 raise
             return exc
 

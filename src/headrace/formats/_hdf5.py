@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY, count_fix
-from headrace.errors import ConfigError, DataError, FormatError
+from headrace.errors import CodecUnavailableError, ConfigError, DataError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
 __all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
@@ -491,7 +491,7 @@ def _check_storage(ds: Any, name: str, dataset: str, h5py: Any) -> None:
                 else "install hdf5plugin (Blosc, Zstd, LZ4, bitshuffle, ...; headrace imports "
                 "it where a file needs it) or set HDF5_PLUGIN_PATH"
             )
-            raise FormatError(
+            raise CodecUnavailableError(  # not damage: on_corrupt="replace" raises it
                 f"{where} is compressed with HDF5 filter {code} ({label}), which this "
                 f"process has not loaded: {fix}"
             )

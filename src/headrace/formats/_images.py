@@ -54,7 +54,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import CodecUnavailableError, ConfigError, FormatError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._exif import (
     NO_LENGTH,
@@ -105,6 +105,8 @@ _SOS = 0xDA
 # ff), a restart marker (d0-d7), nor a fill byte (ff).
 _AFTER_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
+#: Pillow's OSError for a decoder its build lacks (``Image._getdecoder``).
+_NO_DECODER = re.compile(r"decoder (\S+) not available")
 _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
 # IHDR's bit depth and colour type bytes (after the signature, the chunk's length and
 # type, width and height).
@@ -564,6 +566,14 @@ def _pil_errors(image_mod: Any, name: str, kind: str) -> Iterator[None]:
         # a plugin's own reason (a header's bad CRC-32) is kept, its "not a JPEG file"
         # or "not identified by this driver" (which say no more than this) not.
         why: object = exc
+        lacks = _NO_DECODER.fullmatch(str(exc)) if isinstance(exc, OSError) else None
+        if lacks:  # not damage: "corrupt ... copy the file again" sent its owner after it
+            version = getattr(image_mod, "__version__", "?")
+            raise CodecUnavailableError(
+                f"{name}: this Pillow ({version}) has no {lacks[1]!r} decoder (built without "
+                f"its library), so no {kind} image decodes in this process: install a Pillow "
+                "wheel from PyPI"
+            ) from exc
         if isinstance(exc, image_mod.UnidentifiedImageError):
             cause = exc.__cause__
             why = "no image header found"

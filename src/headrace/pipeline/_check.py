@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, HeadraceError
+from headrace.errors import CodecUnavailableError, ConfigError, HeadraceError
 from headrace.pipeline._loader import Loader
 from headrace.pipeline._loader_args import integer
 from headrace.pipeline._passes import check_exact, epoch_parts
@@ -65,8 +65,10 @@ class CheckReport:
     step of the last problem listed when stopped); ``shapes``: each key's shapes and
     dtypes, counted over every sample read (a failed step's good samples too: its halves
     were read again); ``problems``: one per failing
-    sample, in sample order per source; ``complete``: ``False`` when the check stopped
-    at ``most`` problems (samples after that step were not read), or was interrupted;
+    sample, in sample order per source (those of one message, a broken file's, are one
+    problem as ``most`` counts them: a line of :attr:`grouped`); ``complete``: every
+    sample was read and every problem listed: ``False`` when the check stopped at ``most``
+    problems with samples left unread (or found more in its last step), or was interrupted;
     ``interrupted``: it was (Ctrl-C, SIGTERM: see :func:`check`); ``seconds``: its
     wall time.
     """
@@ -115,7 +117,10 @@ class CheckReport:
         if self.interrupted:
             head += f"{n:,} failed before it was interrupted"
         else:
-            head += f"{n:,} failed" + ("" if self.complete else f" (stopped at {n:,}: most={n})")
+            most = len(self.grouped)  # problems as most counts them
+            head += f"{n:,} failed" + (
+                "" if self.complete else f" (stopped at {most:,}: most={most})"
+            )
         return "\n".join([head, *(f"  {line}" for line in self.grouped), *notes])
 
     @property
@@ -150,14 +155,19 @@ def check(
 
     ``batch_size``: samples a read (the Loader's step); ``seed``: any seed reads every
     sample once (the order differs); ``most``: stop after this many problems (a
-    dataset where everything fails is found out at once); ``shard=(i, k)``: check
+    dataset where everything fails is found out at once), the samples of one message
+    one problem (a truncated file of 10,000 samples, a file deleted, an object that
+    answers 403: each sample of it is listed; counted each, one dead shard stopped the
+    check before the rest of the dataset was read); ``shard=(i, k)``: check
     only steps ``i, i + k, ...``, so ``k`` machines (or processes) check a large
     dataset together, each its own share (their problems together are the whole
     check's; an epoch of fewer than ``k`` steps is read in smaller steps, one a shard
     while there are ``k`` samples); ``progress(done, total)``: called after each step,
     in samples of this shard. Errors that are not about the data or the storage (a
     ``ConfigError``, a bug) are raised, not listed (a row longer than its width, a
-    ``ConfigError`` that names its ``sample``, is listed). Interrupted
+    ``ConfigError`` that names its ``sample``, is listed), nor is a
+    :class:`~headrace.errors.CodecUnavailableError` (an HDF5 filter plugin this process
+    has not loaded: every file it compresses would be listed as failed). Interrupted
     (``KeyboardInterrupt``, or the ``SystemExit`` a SIGTERM handler raises), it raises
     that with what it found so far as the exception's ``report`` (``interrupted=True``):
     an hour's findings are not lost to a Ctrl-C.
@@ -197,6 +207,8 @@ def _check_parts(
 ) -> None:
     """:func:`check`'s reads, into ``report``."""
     size = batch_size
+    kinds: set[tuple[str, str, str]] = set()  # the problems, as most counts them
+    stopped = False
 
     def step_done(t: int, n: int) -> int:
         rows = min(batch_size, n - t * batch_size)
@@ -205,7 +217,7 @@ def _check_parts(
             progress(report.samples, total)
         return rows
 
-    for part, name, n in parts:
+    for j, (part, name, n) in enumerate(parts):
         batch_size = _shard_batch(n, size, k)
         steps = -(-n // batch_size)
         first = len(report.problems)
@@ -232,20 +244,45 @@ def _check_parts(
                     # The failing step: this shard's next after those that arrived.
                     t = ld.step + (i - ld.step) % k
                     samples = np.arange(t * batch_size, min(n, (t + 1) * batch_size))
+                    before = len(report.problems)
                     good = _bisect(part, name, seed, samples, report.problems)
                     for read, batch in good:  # the halves read whole: their shapes count
                         numbers = _file_order(part, seed, read)
                         _tally_shapes(part, name, batch, len(read), numbers, report.shapes)
                     step_done(t, n)
-                    if len(report.problems) >= most:
-                        del report.problems[most:]
-                        report.complete = False
+                    dropped = _keep_most(report.problems, before, kinds, most)
+                    if len(kinds) >= most:
+                        # Nothing left unread (this was the last step) and nothing dropped:
+                        # complete, though the last problem landed on most.
+                        rest = [
+                            _shard_samples(m, _shard_batch(m, size, k), i, k) for *_, m in parts
+                        ]
+                        left = t + k < steps or any(rest[j + 1 :])
+                        report.complete = not (dropped or left)
+                        stopped = True
                         break
                     ld.load_state_dict({**ld.state_dict(), "step": t + 1})
         # In sample order (a token source's file order is not the order it read them in).
         report.problems[first:] = sorted(report.problems[first:], key=lambda p: p.sample)
-        if not report.complete:
+        if stopped:
             break
+
+
+def _keep_most(
+    problems: list[Problem], start: int, kinds: set[tuple[str, str, str]], most: int
+) -> bool:
+    """Keep those of ``problems[start:]`` (a step's) whose message is one of the first
+    ``most`` (``kinds``: those met before, added to); returns whether any was dropped."""
+    kept = []
+    for p in problems[start:]:
+        kind = (p.source, p.error, p.message)
+        if kind not in kinds and len(kinds) >= most:
+            continue
+        kinds.add(kind)
+        kept.append(p)
+    dropped = len(kept) < len(problems) - start
+    problems[start:] = kept
+    return dropped
 
 
 #: Runs of sample numbers a line of problems of one message names (:func:`_runs`).
@@ -399,7 +436,10 @@ def _bisect(
             raise
         if len(samples) == 1:
             number = int(_file_order(source, seed, samples)[0])
-            out.append(Problem(name, number, type(exc).__name__, str(exc)))
+            # A token source's message names the sample as the read asked it, the seed's
+            # shuffled number ("sample 26: ... (sample 41)"): named as the Problem is.
+            said = str(exc).replace(f" (sample {int(samples[0])})", f" (sample {number})", 1)
+            out.append(Problem(name, number, type(exc).__name__, said))
             return []
     half = len(samples) // 2
     return [
@@ -411,7 +451,10 @@ def _bisect(
 def _setting(exc: HeadraceError) -> bool:
     """A refusal that stops the check (a setting), not a sample's problem: a
     ``ConfigError``, unless it names the one ``sample`` it is about (a table's row longer
-    than its width, a setting that row alone fails): each of those is listed."""
+    than its width, a setting that row alone fails): each of those is listed; and a
+    ``CodecUnavailableError``, this process's lack, not a file's damage."""
+    if isinstance(exc, CodecUnavailableError):
+        return True
     return isinstance(exc, ConfigError) and not hasattr(exc, "sample")
 
 
