@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,10 +26,12 @@ __all__ = [
     "EXCLUDE_START_STEPS",
     "MOST_ACCELERATORS",
     "Accelerator",
+    "au_epochs",
     "au_trial",
     "compute_times",
     "default_probe_steps",
     "demand_bytes_per_s",
+    "drawn_records",
     "epoch_au",
     "max_accelerators",
     "run_au",
@@ -144,6 +146,36 @@ def au_trial(
     ) if counted.size else None
 
 
+def au_epochs(
+    kind: Kind,
+    spec: str,
+    accelerators: int,
+    compute: NDArray[np.float64],
+    steps: int,
+    done: Callable[[tuple[float, float | None]], None] | None = None,
+) -> list[tuple[float, float | None]]:
+    """The AU column's measurement of ``spec`` at ``accelerators``: one fresh stream, its
+    epochs (DLIO's; the run's trials) of ``steps`` steps back to back, as many as
+    ``compute`` holds steps for, each computing its part of ``compute``; each epoch's
+    :func:`au_trial`, in order, ``done`` told of each as it ends (a run stopped keeps them).
+
+    :func:`max_accelerators` judges every count by this same measurement: judged on one
+    epoch of 7 steps of its own, `--accelerators auto` said 1 where the AU column of
+    `--accelerators 2`, 5 trials of 6 steps, passed at 0.98 (UNet3D, 2026-12-07).
+    """
+    stream = kind.open(spec, len(compute) * accelerators)
+    out: list[tuple[float, float | None]] = []
+    try:
+        it = iter(stream)
+        for start in range(0, len(compute) - steps + 1, steps):
+            out.append(au_trial(it, steps, compute[start : start + steps], accelerators))
+            if done is not None:
+                done(out[-1])
+    finally:
+        stream.close()
+    return out
+
+
 def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
     """Payload the accelerators consume per second: N x batch x record / compute time."""
     t = kind.workload.train
@@ -152,9 +184,22 @@ def demand_bytes_per_s(kind: Kind, accelerators: int = 1) -> float | None:
     return accelerators * kind.host_batch * kind.record_bytes() / t.computation_time
 
 
+def drawn_records(kind: Kind) -> tuple[float, float] | None:
+    """(The dataset's mean record, the workload's) where record sizes are drawn with a stdev
+    and their mean here is more than 1% off the workload's, which sets the demand apart from
+    the one a reader works out from the YAML (UNet3D's 42 files at --scale 0.25 average
+    1.33 MB, not 1.47: 2.89 GB/s, not 3.18); else ``None``."""
+    asked = kind.workload.dataset.get("record_bytes")
+    spread = kind.workload.dataset.get("record_bytes_stdev")
+    if not spread or not isinstance(asked, int | float) or asked <= 0:
+        return None
+    here = kind.record_bytes()
+    return (here, float(asked)) if abs(here / asked - 1) > 0.01 else None
+
+
 def default_probe_steps(t: Any) -> int:
-    """Steps of each epoch :func:`max_accelerators` probes: the trial's, 5 to 17, its
-    first not counted."""
+    """Steps of each epoch :func:`max_accelerators` probes where the run's trials are of one
+    step (AU 0 by definition): the trial's, 5 to 17, its first not counted."""
     return 1 + max(4, min(int(t.steps), 16))
 
 
@@ -169,25 +214,24 @@ def max_accelerators(
     """The most simulated accelerators ``spec`` keeps at the AU threshold.
 
     N accelerators need N batches per compute time. Doubling finds a bracket,
-    bisection the edge; each probe is a fresh stream, one epoch (its first step excluded).
-    ``known`` is the run's own verdict, ``(N, passed)``: its trials with compute at N
-    accelerators, longer than a probe. The search starts from it, so the answer agrees
-    with the AU the report prints beside it (probed again, one short epoch on a busy
-    machine gave "max 0" beside "AU 1.00 ok"). Doubling stops at ``most``: a variant that
+    bisection the edge; each count is judged by the AU column's measurement at it
+    (:func:`au_epochs`: a fresh stream, the run's trials of its steps, their compute, AU
+    their mean), so "max acc. M" is what `--accelerators M` would show as passing, and
+    M + 1 as failing (but for the noise of two measurements). Where the run's trials are
+    of one step (AU 0 by definition), epochs of :func:`default_probe_steps` (or
+    ``probe_steps``), as many. ``known`` is the run's own verdict, ``(N, passed)``: the
+    AU column at N, not measured again (probed again, one short epoch on a busy machine
+    gave "max 0" beside "AU 1.00 ok"). Doubling stops at ``most``: a variant that
     passes there is reported at it (or at ``known``'s N, where that is more), never at a
     count it was not tried at (it was bisected towards twice the top, and 8191 reported).
     """
     t = kind.workload.train
-    steps = probe_steps or default_probe_steps(t)
-    comp = compute_times(t, steps)
+    steps = probe_steps or (t.steps if t.steps > EXCLUDE_START_STEPS else default_probe_steps(t))
+    comp = compute_times(t, t.trials * steps)
 
     def ok(n: int) -> bool:
-        stream = kind.open(spec, steps * n)
-        try:
-            au, _ = au_trial(iter(stream), steps, comp, n)
-        finally:
-            stream.close()
-        return au >= t.au_threshold
+        epochs = au_epochs(kind, spec, n, comp, steps)
+        return run_au([a for a, _ in epochs]) >= t.au_threshold
 
     lo, hi = 0, 0  # lo passes (0 trivially), hi fails; 0: not known yet
     if known is not None:

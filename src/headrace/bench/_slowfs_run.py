@@ -66,7 +66,15 @@ class VariantMounts(Closing):
         if key in self._mounts:
             return str(self._mounts[key].mnt)
         if self._dir is None:
-            self._dir = tempfile.mkdtemp(prefix="headrace-bench-slowfs-")
+            try:
+                self._dir = tempfile.mkdtemp(prefix="headrace-bench-slowfs-")
+            except OSError as exc:  # "No usable temporary directory found in [...]"
+                raise ConfigError(
+                    f"--storage slowfs mounts --root {self.root} on folders in a temporary "
+                    f"folder, and none could be made ({exc}): set TMPDIR to a writable "
+                    "folder on a local disk, e.g. mkdir -p $PWD/tmp && "
+                    "TMPDIR=$PWD/tmp headrace bench ..."
+                ) from exc
         mount = SlowMount(self.root, os.path.join(self._dir, str(len(self._mounts))), self.config)
         # Kept before it starts: start() unmounts after a failure of its own, and close()
         # stops whatever was started, so no path leaves a mount behind.
