@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,44 +99,77 @@ def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", "/dev/shm/pym-x")
     return real(*args, **kwargs)
 
-heap.Arena._dir_candidates = ["/dev/shm"]  # Linux's choice, whatever this machine's room
-tempfile.mkstemp = denied
+if sys.argv[2] != "allowed":
+    heap.Arena._dir_candidates = ["/dev/shm"]  # Linux's choice, whatever this machine's room
+    tempfile.mkstemp = denied
+
+import numpy as np
+from torch.utils.data import DataLoader
 
 from headrace.formats import TokenSource
 from headrace.torch import HeadraceDataLoader, TorchDataset
 
-ds = TorchDataset(TokenSource(sys.argv[1], context=8), batch_size=4, seed=0, steps=3)
-with HeadraceDataLoader(ds) as dl:  # no worker processes: nothing needs /dev/shm
-    print("batches", sum(1 for _ in dl))
+tokens = TokenSource(sys.argv[1], context=8, dtype="uint16")
+ds = TorchDataset(tokens, batch_size=4, seed=0, steps=3)
+if sys.argv[2] == "none":
+    with HeadraceDataLoader(ds) as dl:  # no worker processes: nothing needs /dev/shm
+        print("batches", sum(1 for _ in dl))
+    sys.exit()
+# Persistent workers: a state loaded between epochs reaches them (the mailbox's work).
+method = "fork" if sys.argv[2] == "allowed" else sys.argv[2]
+dl = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True,
+                multiprocessing_context=method)
+first = [b["x"].numpy() for b in dl]
+ds.load_state_dict(ds.state_at(1))
+second = [b["x"].numpy() for b in dl]
+assert len(first) == 3 and len(second) == 2, (len(first), len(second))
+assert all(np.array_equal(a, b) for a, b in zip(first[1:], second)), "not resumed"
+print("resumed")
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch/_mailbox.py makes its shared block at TorchDataset() even with no "
-    "workers; fix described in the s52 restricted-env report",
-)
-def test_a_dataset_without_workers_needs_no_dev_shm(tmp_path: Path) -> None:
-    # A job whose uid cannot create files in /dev/shm (mounted 0755 root, as some HPC
-    # nodes and hardened containers do): TorchDataset(...) raised PermissionError from
-    # multiprocessing's heap, with num_workers=0, which needs no shared memory at all.
-    # Fault injection (tempfile.mkstemp raising EACCES under /dev/shm), in a fresh
-    # process so no arena of the heap exists yet: root creates files there whatever
-    # the mode.
+def _shm_denied(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    """Run :data:`_SHM_DENIED` in a fresh process (no arena of the heap exists yet)."""
     pytest.importorskip("torch")
-    import subprocess
-    import sys
-
     import numpy as np
 
     path = tmp_path / "t.bin"
     np.arange(200, dtype=np.uint16).tofile(path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, "-c", _SHM_DENIED, str(path)],
+    return subprocess.run(
+        [sys.executable, "-c", _SHM_DENIED, str(path), mode],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
     )
+
+
+def test_a_dataset_without_workers_needs_no_dev_shm(tmp_path: Path) -> None:
+    # A job whose uid cannot create files in /dev/shm (mounted 0755 root, as some HPC
+    # nodes and hardened containers do): TorchDataset(...) raised PermissionError from
+    # multiprocessing's heap, with num_workers=0, which needs no shared memory at all.
+    # Fault injection (tempfile.mkstemp raising EACCES under /dev/shm): root creates
+    # files there whatever the mode.
+    done = _shm_denied(tmp_path, "none")
     assert done.returncode == 0 and "batches 3" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["allowed", "fork"])
+def test_forked_persistent_workers_follow_a_loaded_state_without_the_heap(
+    tmp_path: Path, mode: str
+) -> None:
+    # The stand-in for the heap (an anonymous shared map) is shared with forked workers:
+    # a state loaded between epochs still reaches persistent workers ("allowed": the
+    # heap, as before).
+    done = _shm_denied(tmp_path, mode)
+    assert done.returncode == 0 and "resumed" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_spawned_worker_without_dev_shm_is_refused_naming_it(tmp_path: Path) -> None:
+    # A spawn worker cannot be handed an anonymous map: its start is refused, saying
+    # what to do, instead of its persistent iterations ignoring loaded states.
+    done = _shm_denied(tmp_path, "spawn")
+    assert done.returncode != 0, done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert "/dev/shm" in last and "num_workers=0" in last and "--shm-size" in last, last

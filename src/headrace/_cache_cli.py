@@ -24,8 +24,9 @@ from contextlib import nullcontext, redirect_stdout
 from typing import Any
 
 from headrace._messages import byte_size, write_json
+from headrace._messages import said as _said
 from headrace._output_path import check_output_path
-from headrace.errors import ConfigError
+from headrace.errors import ConfigError, StorageError
 from headrace.io import ObjectCache
 
 __all__ = ["configure", "run"]
@@ -67,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     with said:
         if args.clear or args.prune_days is not None:
             unused = 0.0 if args.clear else args.prune_days * 86_400
-            removed, freed = cache.prune(unused)
+            try:
+                removed, freed = cache.prune(unused)
+            except StorageError as exc:  # "headrace cache DIR: ...", and the command
+                # prints "headrace cache: " before it: named once.
+                text = _said(exc).removeprefix("headrace cache ")
+                raise StorageError(exc.errno, text) from None
             report["removed_entries"], report["removed_bytes"] = removed, freed
             print(f"removed {removed:,} entries, {byte_size(freed)}")
         report.update(cache.summary())

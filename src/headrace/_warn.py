@@ -16,6 +16,10 @@ import warnings
 
 __all__ = ["warn_user"]
 
+#: Modules whose frames start threads: a thread's first frame outside headrace in one
+#: of them has no user line above it.
+_THREADS = ("threading", "concurrent.futures")
+
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -27,7 +31,9 @@ def _inside(filename: str) -> bool:
 def warn_user(message: str, category: type[Warning] = UserWarning, *, varies: bool = False) -> None:
     """``warnings.warn`` at the first frame outside the headrace package: the user's
     line. A warning raised in one of headrace's threads (no user frame on its stack)
-    points at the frame that started it (``threading``).
+    points at headrace's line that warned: the first frame outside was ``threading``'s,
+    whose line says nothing and whose name no filter means (a full cache's "stopped
+    writing" pointed at threading.py until 2026-12-07).
 
     ``varies``: the text differs every time (seconds waited, a step), so it is kept in
     no module's ``__warningregistry__``. Python's ``"default"`` action remembers each
@@ -40,6 +46,8 @@ def warn_user(message: str, category: type[Warning] = UserWarning, *, varies: bo
     while frame.f_back is not None and _inside(frame.f_code.co_filename):
         frame = frame.f_back
         level += 1
+    if frame.f_globals.get("__name__", "").startswith(_THREADS):
+        frame, level = sys._getframe(1), 2
     if not varies:
         warnings.warn(message, category, stacklevel=level)
         return

@@ -48,11 +48,23 @@ class Mailbox:
     DataLoader's workers, three by the workers (:meth:`again`, :meth:`working`): a block of
     ``multiprocessing``'s shared heap (one file descriptor a process for all of them,
     not one a dataset), inherited by forked workers and handed to spawn and forkserver
-    ones with their start."""
+    ones with their start.
+
+    Where the heap cannot be made (``/dev/shm`` not writable for the job's uid, as on
+    some HPC nodes and hardened containers), an anonymous shared map stands in: forked
+    workers inherit it, a dataset without workers needs nothing more, and a spawn or
+    forkserver worker's start is refused naming ``/dev/shm`` (:meth:`__reduce__`).
+    ``TorchDataset(...)`` itself raised PermissionError there, with ``num_workers=0``."""
 
     def __init__(self) -> None:
-        self._keep: Any = heap.BufferWrapper(_BYTES)  # freed (to the heap) with this
-        self._cells = self._keep.create_memoryview().cast("q")
+        self._why: OSError | None = None  # why the heap could not be made
+        try:
+            self._keep: Any = heap.BufferWrapper(_BYTES)  # freed (to the heap) with this
+            self._cells = self._keep.create_memoryview().cast("q")
+        except OSError as exc:
+            self._why = exc
+            self._keep = mmap.mmap(-1, _BYTES)  # MAP_SHARED: forked workers share it
+            self._cells = memoryview(self._keep).cast("q")
         self._cells[:] = memoryview(bytes(_BYTES)).cast("q")  # a used block is not zeroed
         self._seen = 0  # the post this copy's position stands for
         self._owner = os.getpid()
@@ -107,12 +119,28 @@ class Mailbox:
         # its own.
         if get_spawning_popen() is None:
             return (Mailbox, ())
+        if self._why is not None:
+            raise no_shared_heap(self._why)
         (arena, start, _), _ = self._keep._state
         try:
             fd = hand_over(arena.fd)
         except Exception:  # a start that takes no descriptors (not one of Python's)
             return (Mailbox, ())  # its worker's iterations start where the copy came from
         return (_shared, (arena.size, fd, start, self._seen, self._owner))
+
+
+def no_shared_heap(why: OSError) -> OSError:
+    """A spawn or forkserver worker's start where the shared heap could not be made."""
+    err = OSError(
+        why.errno,
+        "a DataLoader worker (spawn or forkserver) needs shared memory, and this process "
+        f"cannot create it: {why.strerror or why} ({why.filename or '/dev/shm'}); make "
+        "/dev/shm writable for this user (docker run --shm-size=1g or --ipc=host; a "
+        "Kubernetes emptyDir with medium: Memory mounted at /dev/shm), or read in this "
+        "process with num_workers=0",
+    )
+    err.__cause__ = why
+    return err
 
 
 #: The heap descriptors handed to each worker being started: once each (several
