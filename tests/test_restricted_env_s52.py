@@ -115,6 +115,10 @@ if sys.argv[2] == "none":
     with HeadraceDataLoader(ds) as dl:  # no worker processes: nothing needs /dev/shm
         print("batches", sum(1 for _ in dl))
     sys.exit()
+if sys.argv[2] == "headrace":  # its workers hand batches over in shared memory
+    with HeadraceDataLoader(ds, num_workers=2) as dl:
+        print("batches", sum(1 for _ in dl))
+    sys.exit()
 # Persistent workers: a state loaded between epochs reaches them (the mailbox's work).
 method = "fork" if sys.argv[2] == "allowed" else sys.argv[2]
 dl = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True,
@@ -170,6 +174,15 @@ def test_a_spawned_worker_without_dev_shm_is_refused_naming_it(tmp_path: Path) -
     # A spawn worker cannot be handed an anonymous map: its start is refused, saying
     # what to do, instead of its persistent iterations ignoring loaded states.
     done = _shm_denied(tmp_path, "spawn")
+    assert done.returncode != 0, done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert "/dev/shm" in last and "num_workers=0" in last and "--shm-size" in last, last
+
+
+def test_headrace_workers_without_dev_shm_are_refused_naming_it(tmp_path: Path) -> None:
+    # HeadraceDataLoader's workers need shared memory (the rings, what each runs): a bare
+    # PermissionError from multiprocessing's heap until 2026-12-07.
+    done = _shm_denied(tmp_path, "headrace")
     assert done.returncode != 0, done.stdout
     last = done.stderr.strip().splitlines()[-1]
     assert "/dev/shm" in last and "num_workers=0" in last and "--shm-size" in last, last

@@ -80,7 +80,10 @@ class _Named:
 
     def create(self, name: str, size: int, slots: int) -> SharedMemory:
         with self.lock:
-            self.shm = SharedMemory(name=name, create=True, size=size * slots)
+            try:
+                self.shm = SharedMemory(name=name, create=True, size=size * slots)
+            except PermissionError as exc:  # a bare "[Errno 13] Permission denied: '/hr_..'"
+                raise HeadraceError(no_shm(exc)) from exc
             _reserve(self.shm, size, slots)
             return self.shm
 
@@ -92,6 +95,17 @@ class _Named:
         if self.shm is not None:
             shm, self.shm = self.shm, None
             shm.unlink()
+
+
+def no_shm(exc: OSError) -> str:
+    """Why worker processes cannot start where ``/dev/shm`` is not writable (hardened
+    containers, some HPC nodes), and the ways out."""
+    return (
+        f"worker processes hand batches over in shared memory, and this user cannot create "
+        f"it ({exc.strerror or exc}: /dev/shm): make /dev/shm writable (docker run "
+        "--shm-size=1g or --ipc=host; Kubernetes: an emptyDir of medium Memory mounted on "
+        "/dev/shm), or read in the main process with num_workers=0"
+    )
 
 
 def _reserve(shm: SharedMemory, size: int, slots: int) -> None:

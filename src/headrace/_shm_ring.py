@@ -52,7 +52,7 @@ from headrace._ring_layout import (
     RingConfig,
     _nbytes,
 )
-from headrace._ring_worker import _worker
+from headrace._ring_worker import _worker, no_shm
 from headrace.errors import ConfigError, HeadraceError, StateError
 from headrace.pipeline import Batch
 from headrace.pipeline._layout import lay_out, narrow_strings, ragged_keys, string_keys
@@ -239,7 +239,13 @@ class WorkerBatches:
             for w in range(k):
                 out_r, out_w = self.ctx.Pipe(duplex=False)
                 back_r, back_w = self.ctx.Pipe(duplex=False)
-                doing = Doing(self.ctx)
+                try:
+                    doing = Doing(self.ctx)
+                except PermissionError as exc:  # no writable /dev/shm: a bare PermissionError
+                    for c in (out_r, out_w, back_r, back_w):
+                        c.close()
+                    self.close()  # the workers already started
+                    raise HeadraceError(no_shm(exc)) from exc
                 p = self.ctx.Process(  # type: ignore[attr-defined]
                     target=_worker,
                     args=(config, w, out_w, back_r, alive_r, doing),
