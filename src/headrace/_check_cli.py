@@ -29,6 +29,7 @@ from typing import Any
 
 from headrace._messages import said, write_json
 from headrace._output_path import check_output_path, refuse_output_over_input
+from headrace._store_option import add_store_option, store_options
 from headrace.errors import ConfigError, HeadraceError
 
 __all__ = ["configure", "run"]
@@ -116,13 +117,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vocab-size", type=int, help="refuse token ids >= this (tokens; table: list columns)"
     )
-    p.add_argument(
-        "--store-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an object-store option (endpoint, region, ...); repeat for more",
-    )
+    add_store_option(p)
     p.add_argument(
         "--labels",
         metavar="folders|CSV",
@@ -156,12 +151,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _source(args: argparse.Namespace) -> Any:
     from headrace.formats import FileSource, TokenSource
 
-    options: dict[str, Any] = {}
-    for item in args.store_option:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ConfigError(f"--store-option {item!r}: give it as KEY=VALUE")
-        options[key] = _flag(item, value) if key in ("path_style", "allow_http") else value
+    options = store_options(args.store_option)
     table_flags = [
         flag
         for flag, value in (
@@ -712,13 +702,3 @@ def _progress() -> Any:
             sys.stderr.flush()
 
     return show
-
-
-def _flag(item: str, value: str) -> bool:
-    """A yes/no store option from the command line (``path_style=false``)."""
-    word = value.strip().lower()
-    if word in ("true", "1", "yes", "on"):
-        return True
-    if word in ("false", "0", "no", "off"):
-        return False
-    raise ConfigError(f"--store-option {item!r}: give true or false")

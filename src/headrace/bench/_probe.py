@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from headrace._messages import write_json
+from headrace._store_option import add_store_option, store_options
 from headrace.bench._probe_stats import probe_stats
 from headrace.bench._probe_table import BLOCK, table
 from headrace.emulate._mounts import gone_mount
@@ -196,10 +197,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoint",
         default=None,
-        help="object URLs: an S3-compatible endpoint (path-style; credentials from "
-        "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+        help="object URLs: the store's endpoint (s3://: an S3-compatible one, path-style, "
+        "credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; gs://, az://: an "
+        "emulator's or a private endpoint, credentials from the environment or "
+        "--store-option config.KEY=VALUE)",
     )
-    parser.add_argument("--region", default=None, help="object URLs: the region")
+    parser.add_argument("--region", default=None, help="object URLs (s3://): the region")
+    add_store_option(parser)
 
 
 def filesystem_of(path: str) -> dict[str, Any]:
@@ -589,20 +593,25 @@ def probe(
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--endpoint``, ``--region`` and ``--store-option`` as store options; S3's defaults
+    (path-style, the AWS_* variables) for s3:// only: any other URL with an endpoint was
+    refused, "path_style applies to s3:// URLs only" (AWS_REGION set: "region ...")."""
     env = os.environ
-    options: dict[str, Any] = {}
-    region = args.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-    if region:
-        options["region"] = region
+    s3 = args.path.partition("://")[0].lower() in ("s3", "s3a")
+    options: dict[str, Any] = {"region": args.region}
+    if s3:
+        options["region"] = args.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if args.endpoint:
+        options["endpoint"] = args.endpoint
+    if args.endpoint and s3:
         options.update(
-            endpoint=args.endpoint,
             path_style=True,
             allow_http=args.endpoint.startswith("http://"),
             access_key_id=env.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
         )
-    return {k: v for k, v in options.items() if v is not None}
+    options = {k: v for k, v in options.items() if v is not None}
+    return {**options, **store_options(args.store_option)}
 
 
 def _run_object(args: argparse.Namespace) -> int:

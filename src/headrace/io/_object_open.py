@@ -85,7 +85,11 @@ def open_store(
     cfg.update({k: v for k, v in s3_opts.items() if v is not None})
     if path_style is not None:
         cfg["virtual_hosted_style_request"] = not path_style
-    where = cfg.get("endpoint")
+    if scheme == "gs" and endpoint is not None:
+        # obstore's GCS store calls it base_url ("'endpoint' is not valid for store 'GCS'"):
+        # an emulator, or a Private Service Connect endpoint.
+        cfg["base_url"] = cfg.pop("endpoint")
+    where = cfg.get("endpoint", cfg.get("base_url"))
     if where is not None and not (
         isinstance(where, str)
         and urlsplit(where).scheme.lower() in ("http", "https")
@@ -99,7 +103,7 @@ def open_store(
     client: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
     client.update(client_options or {})
     if allow_http is None:
-        allow_http = _allow_http_from_env(scheme, cfg.get("endpoint"), str(url))
+        allow_http = _allow_http_from_env(scheme, where, str(url))
     if allow_http is not None:
         client["allow_http"] = allow_http
     return _open(str(url), cfg, client)

@@ -13,6 +13,7 @@ import os
 import random
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from headrace.errors import (
     ConfigError,
@@ -138,25 +139,61 @@ _THROTTLE_WORDS = ("slowdown", "serverbusy", "toomanyrequests", "throttl")
 
 
 _AZURE = ("az://", "azure://", "abfs://", "abfss://", "adl://")
+# The hosts whose first label is an Azure storage account (as io/_object_open.py reads them).
+_AZURE_DOMAINS = tuple(
+    f"{kind}.{cloud}"
+    for kind in ("blob", "dfs")
+    for cloud in ("core.windows.net", "fabric.microsoft.com")
+)
 
 
-def _credentials(where: str) -> str:
-    """The store options that carry ``where``'s credentials (its scheme's: a gs:// URL
-    was told of AWS keys)."""
+def _azure_account(where: str) -> str | None:
+    """The storage account an Azure URL names (``abfss://c@ACCOUNT.dfs.core.windows.net``,
+    ``https://ACCOUNT.blob.core.windows.net``), or ``None`` (``az://``: its config's)."""
+    account, _, domain = (urlsplit(where).hostname or "").partition(".")
+    return account if domain in _AZURE_DOMAINS else None
+
+
+def _is_azure(where: str) -> bool:
+    # An https:// URL of an Azure host too: it was told of AWS keys.
+    return where.startswith(_AZURE) or _azure_account(where) is not None
+
+
+def _no_credentials(where: str, brief: str) -> str:
+    """What to say when obstore found no credentials and asked the instance metadata
+    service, in ``where``'s cloud's own terms: a gs:// user was told of neither
+    GOOGLE_SERVICE_ACCOUNT_KEY nor gcloud's login, an Azure user of neither SAS nor
+    ``az login``, and --store-option config.KEY=VALUE gives each on the command line."""
+    metadata = f"the instance metadata service at {_METADATA_HOST} gave none"
     if where.startswith("gs://"):
-        return "config service_account_key or service_account_path"
-    if where.startswith(_AZURE):
-        return "config account_name with account_key, sas_key or bearer_token"
-    return "access_key_id/secret_access_key"
-
-
-def _credentials_env(where: str) -> str:
-    """The environment variables that carry ``where``'s credentials."""
-    if where.startswith("gs://"):
-        return "GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT"
-    if where.startswith(_AZURE):
-        return "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY"
-    return "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        return (
+            f"{where}: no credentials found: none were given (store_options config "
+            "service_account: a key file's path, service_account_key: its JSON, or "
+            "application_credentials; on the command line --store-option "
+            "config.service_account=KEY.json) or set in the environment "
+            "(GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS: a key file's path; "
+            "GOOGLE_SERVICE_ACCOUNT_KEY: its JSON), there is no login of `gcloud auth "
+            "application-default login` (~/.config/gcloud/application_default_credentials"
+            f".json), and {metadata} ({brief})"
+        )
+    if _is_azure(where):
+        account = _azure_account(where)
+        whose = f"the storage account {account!r} (the URL's)" if account else "the account"
+        return (
+            f"{where}: no credentials found for {whose}: none were given (store_options "
+            "config account_key, sas_key (a SAS token) or token (a bearer token); on the "
+            "command line --store-option config.account_key=KEY) or set in the environment "
+            "(AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, or a service principal's "
+            "AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_TENANT_ID); after `az login`, "
+            "config use_azure_cli=true (AZURE_USE_AZURE_CLI=true) signs with the Azure CLI's "
+            f"login; and {metadata} (a managed identity) ({brief})"
+        )
+    return (
+        f"{where}: no credentials found: none were given (store_options "
+        "access_key_id/secret_access_key, or config=) or set in the environment "
+        f"(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and {metadata}"
+        f"{_profile_note(where)} ({brief})"
+    )
 
 
 def _profile_note(where: str = "s3://") -> str:
@@ -265,6 +302,23 @@ def _store_said(text: str) -> tuple[str | None, str]:
     return code.group(1), said
 
 
+def out_of_descriptors() -> str:
+    """What to do when this process has no file descriptor left for a request (EMFILE)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        limit = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+    except (ImportError, OSError, ValueError):  # (no resource module on Windows)
+        limit = "unknown"
+    return (
+        f"this process is out of file descriptors (Too many open files; ulimit -n is "
+        f"{limit}), and each request in flight holds one (a connection, or a file): "
+        "raise the limit before the job starts (ulimit -n 65536; docker run --ulimit "
+        "nofile=65536), or lower in_flight= (max_in_flight= of ObjectStore.get_many)"
+    )
+
+
 def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
     """A 404: of the object, or of the bucket or container it was looked for in.
 
@@ -272,10 +326,29 @@ def _not_found(where: str, text: str, brief: str) -> ObjectNotFoundError:
     """
     low = text.lower()
     if "containernotfound" in low:
-        return ObjectNotFoundError(f"{where}: no such container ({brief})")
+        container = _container_first(where)
+        return ObjectNotFoundError(f"{where}: no such container ({brief}){container}")
     if "nosuchbucket" in low:
         return ObjectNotFoundError(f"{where}: no such bucket ({brief})")
     return ObjectNotFoundError(f"{where}: no such object ({brief})")
+
+
+def _container_first(where: str) -> str:
+    """For an ``az://`` URL: that it names the container first, and the URL meant if its
+    first part is the storage account (``az://ACCOUNT/container/...``, the order of
+    ``https://`` URLs and of the portal's pages)."""
+    scheme, _, rest = where.partition("://")
+    if scheme not in ("az", "azure") or "@" in rest.partition("/")[0]:
+        return ""
+    first, _, after = rest.partition(", bytes [")[0].partition("/")
+    meant = (
+        f"{scheme}://{after.rstrip('/')}" if after.strip("/") else f"{scheme}://CONTAINER/prefix"
+    )
+    return (
+        f"; an {scheme}:// URL names the container first ({scheme}://CONTAINER/prefix), the "
+        "storage account being config account_name (or AZURE_STORAGE_ACCOUNT_NAME): if "
+        f"{first!r} is the account, write {meant} with account_name {first!r}"
+    )
 
 
 def is_panic(exc: BaseException) -> bool:
@@ -313,12 +386,7 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     if _METADATA_HOST in text:
         # No credentials in the arguments or the environment: obstore asked the cloud
         # instance metadata service, which is not there (or refused). Not "access denied".
-        return PermissionDeniedError(
-            f"{where}: no credentials found: none were given (store_options "
-            f"{_credentials(where)}, or config=) or set in the environment "
-            f"({_credentials_env(where)}), and the instance metadata "
-            f"service at {_METADATA_HOST} gave none{_profile_note(where)} ({brief})"
-        ), False
+        return PermissionDeniedError(_no_credentials(where, brief)), False
     if "builder error" in text and "http://" in text:
         return ConfigError(
             f"{where}: the endpoint is plain http:// but plain HTTP is not allowed "
@@ -373,6 +441,10 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
     # The store's words, not those of a URL or key (a refused connection to .../timedout/
     # was "timed out", and so not retried for connect_retry_s).
     low = _NAMES.sub(" ", text).lower()
+    if "too many open files" in low:
+        # EMFILE (obstore's "tcp open error: Too many open files", or "(os error 24)"):
+        # said as a failed connection before 2026-12-07, which sent users to the network.
+        return TransientStorageError(f"{where}: {out_of_descriptors()} ({brief})"), True
     if "invalidcertificate" in low:
         # A TLS handshake that will fail the same way every time: say so, do not retry.
         why = re.search(r"InvalidCertificate\(\s*(\w+)(?:\(\s*(?:\w+\(\s*)*(\w+))?", text)
@@ -466,22 +538,27 @@ def _denied(where: str, said: str, brief: str) -> PermissionDeniedError:
     """Access denied to ``where``; for an http(s):// server, how it is sent a token (a
     private Hugging Face repository's); for S3, what to check."""
     hint = after = ""
-    if where.startswith(("http://", "https://")):
+    if _is_azure(where):  # before http(s)://: https://ACCOUNT.blob.core.windows.net/...
+        account = _azure_account(where)
+        after = (
+            "; check the account's credentials (store_options config account_name and "
+            "account_key, or a sas_key or bearer token; or AZURE_STORAGE_ACCOUNT_NAME/"
+            "AZURE_STORAGE_ACCOUNT_KEY"
+            + (f": the key must be {account!r}'s, the URL's account" if account else "")
+            + "), a SAS token's permissions and expiry, a login's role (Storage Blob Data "
+            "Reader) and the container's access"
+        )
+    elif where.startswith(("http://", "https://")):
         hint = (
             "; a server that asks for a token is sent one with store_options={'client_options': "
             "{'default_headers': {'Authorization': 'Bearer TOKEN'}}}"
         )
-    elif where.startswith(_AZURE):
-        after = (
-            "; check the account's credentials (store_options config account_name and "
-            "account_key, or a sas_key or bearer token; or AZURE_STORAGE_ACCOUNT_NAME/"
-            "AZURE_STORAGE_ACCOUNT_KEY) and the container's access"
-        )
     elif where.startswith("gs://"):
         after = (
-            "; check the credentials (store_options config service_account_key or "
-            "service_account_path, or GOOGLE_APPLICATION_CREDENTIALS) and the bucket's "
-            "IAM (storage.objects.get to read, storage.objects.list to list)"
+            "; check the credentials (store_options config service_account or "
+            "service_account_key; or GOOGLE_SERVICE_ACCOUNT, GOOGLE_SERVICE_ACCOUNT_KEY or "
+            "GOOGLE_APPLICATION_CREDENTIALS; or `gcloud auth application-default login`) and "
+            "the bucket's IAM (storage.objects.get to read, storage.objects.list to list)"
         )
     elif where.startswith("s3://") and said.startswith(": SignatureDoesNotMatch"):
         after = (
