@@ -28,6 +28,8 @@ __all__ = [
     "positions_from_starts",
 ]
 
+_INT32_MAX = 2**31 - 1  # the most tokens cu_seqlens' int32 offsets can count
+
 
 class DocumentStarts(Protocol):
     """Sorted token offsets where documents start, not held as an array (a Megatron
@@ -123,7 +125,8 @@ def cu_seqlens(position_ids: NDArray[np.integer]) -> tuple[NDArray[np.int32], in
     where ``position_ids == 0``: ``cu_seqlens`` holds the offset of every
     document and then the total (int32, what flash-attention's
     ``flash_attn_varlen_func`` takes as ``cu_seqlens_q``/``cu_seqlens_k``), and
-    ``max_seqlen`` is the longest document's length.
+    ``max_seqlen`` is the longest document's length. A batch of ``2**31`` tokens or more
+    (2,048 rows of 1M) is refused: its total does not fit those int32 offsets.
     """
     pos = np.asarray(position_ids)
     if pos.size == 0:
@@ -137,6 +140,14 @@ def cu_seqlens(position_ids: NDArray[np.integer]) -> tuple[NDArray[np.int32], in
             f"position_ids must start every row at 0 (as TokenSource(positions=...) gives "
             f"them); row {row} starts at {int(rows[row, 0])}: a document would run on "
             "from the row before"
+        )
+    if rows.size > _INT32_MAX:
+        # The total is cu_seqlens' last offset: in int32 it wrapped to a negative one.
+        n, length = rows.shape
+        raise ConfigError(
+            f"position_ids of {n} rows of {length} tokens are {rows.size} tokens, past what "
+            f"int32 offsets hold ({_INT32_MAX}), and flash-attention's cu_seqlens are int32: "
+            "call cu_seqlens per micro-batch (fewer rows at once)"
         )
     flat = rows.reshape(-1)
     steps = np.diff(flat)

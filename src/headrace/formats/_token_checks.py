@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -180,13 +180,31 @@ def check_files(files: list[TokenFile], context: int, *, tail: bool = False) -> 
                 f"{f.path}: {f.num_tokens} token(s) holds no target to predict (tail=True "
                 "needs 2 tokens a file, a context and a target)"
             )
-        if not tail and f.num_tokens < context + 1:
-            raise DataError(
-                f"{f.path}: {f.num_tokens} tokens is shorter than one sample of "
-                f"context {context} (needs {context + 1}; tail=True pads shorter files "
-                "for a validation pass)"
-            )
+    short = [f for f in files if not tail and f.num_tokens < context + 1]
+    if short:
+        _refuse_short(short, context, len(files))
     return files[0].dtype
+
+
+def _refuse_short(short: list[TokenFile], context: int, listed: int) -> NoReturn:
+    """Refuse files shorter than one sample, all of them at once: a context raised from
+    32K to 1M tokens may leave many shards without a sample, and naming one at a time
+    took one restart per shard."""
+    f = short[0]
+    said = (
+        f"{f.path}: {f.num_tokens} tokens is shorter than one sample of context {context} "
+        f"(needs {context + 1}; tail=True pads shorter files for a validation pass)"
+    )
+    if len(short) == 1 and listed == 1:
+        raise DataError(said)
+    if len(short) == 1:
+        raise DataError(f"{said}: leave it out of the list of {listed} files")
+    more = ", ".join(f"{g.path} ({g.num_tokens} tokens)" for g in short[1:6])
+    more += f" and {len(short) - 6} more" if len(short) > 6 else ""
+    raise DataError(
+        f"{said}; so are {len(short) - 1} more of the {listed} files: {more}: leave them "
+        "out of the list"
+    )
 
 
 def _refuse_members_twice(f: TokenFile, seen: dict[object, str]) -> None:
