@@ -151,6 +151,7 @@ def test_a_whole_get_whose_body_falls_short_of_its_range_is_retried_then_refused
             self._result = result
             self.range = result.range  # type: ignore[attr-defined]
             self.meta = result.meta  # type: ignore[attr-defined]
+            self.attributes = result.attributes  # type: ignore[attr-defined]
 
         async def bytes_async(self) -> bytes:
             body = bytes(await self._result.bytes_async())  # type: ignore[attr-defined]
@@ -623,7 +624,7 @@ def test_cancelled_request_leaves_in_flight_at_zero(
         await asyncio.Event().wait()
         return b""
 
-    monkeypatch.setattr(objects_mod.obs, "get_range_async", hang)
+    monkeypatch.setattr(objects_mod.obs, "get_async", hang)  # a ranged GET
     store = ObjectStore(root)
     t, errors = _in_thread(lambda: store.get_many([("a.bin", 0, 10)]))
     started.wait()

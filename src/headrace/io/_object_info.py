@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from headrace.errors import ConfigError, ReadEOFError, StorageError, TransientStorageError
@@ -47,10 +48,20 @@ class ObjectInfo(NamedTuple):
 
 
 def info_of(meta: Mapping[str, Any]) -> ObjectInfo:
-    """``ObjectInfo`` of obstore's metadata (from a HEAD, a GET or a listing)."""
+    """``ObjectInfo`` of obstore's metadata (from a HEAD, a GET or a listing).
+
+    An HTTP server may send ``Last-Modified`` and no ETag (Apache's ``FileETag None``,
+    some CDNs): that time is the tag then, a weak one (``W/"..."``: equal times say
+    nothing of equal bytes, so it is never cached on), so a file replaced by one of
+    the same size mid-run is refused as changed; until 2026-12-07 its size alone was
+    checked and its new bytes read on. obstore gives the epoch for no Last-Modified.
+    """
     etag = meta.get("e_tag")
     if etag is not None and len(etag) >= 2 and etag[0] == etag[-1] == '"':
         etag = etag[1:-1]
+    when = meta.get("last_modified")
+    if etag is None and isinstance(when, datetime) and when.timestamp() > 0:
+        etag = f'W/"last-modified {when.isoformat()}"'
     return ObjectInfo(int(meta["size"]), etag)
 
 
@@ -116,6 +127,27 @@ def short_read(where: str, got: int, want: int, size: int | None, end: int) -> S
         f"{where}: response body was cut short ({got} of {want} bytes"
         + ("" if size is None else f"; object has {size} bytes")
         + ")"
+    )
+
+
+def check_encoding(where: str, attributes: Mapping[str, Any]) -> None:
+    """Refuse a body sent with a content coding: it is not the object's bytes.
+
+    obstore asks for none (no ``Accept-Encoding``) and decodes none, so a ``gzip``
+    body comes from a server that encodes unasked (nginx's ``gzip_static always``) or
+    an object stored with ``Content-Encoding`` metadata (S3, GCS); read as the file,
+    it was the gzip stream's bytes, without a word, until 2026-12-07. ``identity``
+    changes nothing, nor does ``aws-chunked`` (an upload's framing, stored as metadata
+    by some S3 clients; the body is the object's bytes).
+    """
+    coding = str(attributes.get("Content-Encoding") or "").strip()
+    if coding.lower() in ("", "identity", "aws-chunked"):
+        return
+    raise StorageError(
+        f"{where}: the server sent it encoded (Content-Encoding: {coding}), not as the "
+        "bytes stored, and headrace does not decode a body; serve the file as it is (nginx: "
+        "no gzip_static for it; S3, GCS: remove the object's Content-Encoding metadata, or "
+        "upload it decoded) or read a local copy"
     )
 
 

@@ -44,6 +44,7 @@ from headrace.io._loop import LoopThread
 from headrace.io._object_info import (
     ObjectInfo,
     Request,
+    check_encoding,
     check_range,
     drop_folder_markers,
     eof_with_size,
@@ -310,6 +311,7 @@ class ObjectStore(Closing):
 
         async def once() -> tuple[memoryview, ObjectInfo]:
             result = await obs.get_async(store, key)
+            check_encoding(where, result.attributes)
             data = memoryview(await result.bytes_async())
             start, end = result.range
             if len(data) != end - start:  # kept: a server's body is input (chunked, proxies)
@@ -353,6 +355,7 @@ class ObjectStore(Closing):
                 result = obs.get(store, key, options={"range": (0, length)})
             else:
                 result = obs.get(store, key)
+            check_encoding(ranged_where if ranged else where, result.attributes)
             info = info_of(result.meta)
             data = memoryview(result.bytes())
             start, end = result.range
@@ -381,7 +384,10 @@ class ObjectStore(Closing):
         where = self.where(key, offset, length)
 
         def once() -> memoryview:
-            data = memoryview(obs.get_range(store, key, start=offset, length=length))
+            # A GET with a range (obs.get_range's request): its headers say how it is encoded.
+            result = obs.get(store, key, options={"range": (offset, offset + length)})
+            check_encoding(where, result.attributes)
+            data = memoryview(result.bytes())
             if len(data) != length:
                 raise short_read(where, len(data), length, self._size_or_none(key), offset + length)
             return data
@@ -467,6 +473,7 @@ class ObjectStore(Closing):
 
         async def once() -> int:
             result = await obs.get_async(store, key, options={"range": (offset, offset + length)})
+            check_encoding(where, result.attributes)
             size, etag = info_of(result.meta)
             if expect is not None and (
                 size != expect.size or (expect.etag and etag and etag != expect.etag)
@@ -522,7 +529,9 @@ class ObjectStore(Closing):
         where = self.where(key, offset, length)
 
         async def ranged() -> memoryview:
-            data = memoryview(await obs.get_range_async(store, key, start=offset, length=length))
+            got = await obs.get_async(store, key, options={"range": (offset, offset + length)})
+            check_encoding(where, got.attributes)
+            data = memoryview(await got.bytes_async())
             if len(data) != length:
                 size = await self._asize_or_none(key)
                 raise short_read(where, len(data), length, size, offset + length)

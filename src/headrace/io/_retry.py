@@ -494,6 +494,9 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
 _WHOLE_WORDS = ("range request not supported", "received non-partial response")
 _OTHER_RANGE = re.compile(r"Requested (\d+)\.\.(\d+), got (\d+)\.\.(\d+)")
 _NO_CONTENT_RANGE = "content-range header not present in partial response"
+# obstore's words for an answer without Content-Length (generated or streamed, chunked or
+# ended by closing the connection): it needs one for the object's size.
+_NO_LENGTH = "content-length header missing from response"
 _RANGED_FIX = (
     "whole-object reads work (a FileSource's files with hdf5_ranges_above=None and "
     "samples_per_file given as counts, not 'header'); ranged reads need a server that "
@@ -503,7 +506,8 @@ _RANGED_FIX = (
 
 
 def _unranged(where: str, text: str, brief: str) -> StorageError | None:
-    """A ranged GET answered with other bytes than asked for, said as such (``None``: not).
+    """A ranged GET answered with other bytes than asked for, or any answer without a
+    Content-Length, said as such (``None``: not).
 
     obstore refuses the body, so no wrong byte is read; but its words ("Generic S3
     error: Received non-partial response when range requested") said neither what the
@@ -530,6 +534,13 @@ def _unranged(where: str, text: str, brief: str) -> StorageError | None:
             f"{where}: the server answered a Range request with 206 Partial Content without "
             "a Content-Range header, so which bytes it sent is unknown; refusing them; "
             f"{_RANGED_FIX} ({brief})"
+        )
+    if _NO_LENGTH in low:
+        return StorageError(
+            f"{where}: the server answered without a Content-Length header (a generated or "
+            "streamed answer), so the object's size is unknown; headrace reads files from a "
+            "static file server (nginx, Apache, a Hugging Face or other CDN) or an object "
+            f"store, which send one; or read a local copy ({brief})"
         )
     return None
 
