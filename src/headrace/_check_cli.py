@@ -545,6 +545,9 @@ def _tell(
     # Rows longer than --width are each a problem now, not a stop that named the flag.
     if any("pass truncate=True" in p.message for p in report.problems):
         print(f"{label}: on the command line: {dict(_FLAGS)['pass truncate=True']}", file=out)
+    a_file = _a_file_a_sample(args, report.shapes)
+    if a_file:
+        print(f"{label}: {a_file}", file=out)
     n = getattr(source, "samples_per_epoch", None)
     whole = n if args.shard == "0/1" and isinstance(n, int) else None
     if not (report.complete or report.interrupted or (whole and report.samples >= whole)):
@@ -593,6 +596,31 @@ def _tell(
             ],
         }
         write_json(args.json, data)
+
+
+def _a_file_a_sample(args: argparse.Namespace, shapes: dict[str, dict[str, Any]]) -> str:
+    """A line saying that each file was one sample, where ``--samples-per-file`` was not
+    given for a format whose files often hold many (NPY, NPZ, HDF5) and each array read
+    had 2 dimensions or more, the first longer than 1 (a 1-D array is taken for one
+    sample's vector). HDF5 files of 256 samples each were checked as "3 samples read":
+    every byte read, but the count and the numbers were the files' (a run with
+    ``samples_per_file="header"`` reads 768), and nothing said so. Empty otherwise."""
+    if args.format not in ("npy", "npz", "hdf5", "h5") or args.samples_per_file is not None:
+        return ""
+    firsts = {key: next(iter(seen)) for key, seen in shapes.items() if seen}
+    for kind in firsts.values():
+        dims = [d.strip() for d in kind.rpartition(" ")[0].strip("()").split(",")]
+        if len([d for d in dims if d]) < 2 or int(dims[0]) < 2:
+            return ""
+    if not firsts:
+        return ""
+    named = ", ".join(f"{key!r} {kind}" for key, kind in list(firsts.items())[:3])
+    more = f" and {len(firsts) - 3} more" if len(firsts) > 3 else ""
+    return (
+        f"each file was read as one sample (--samples-per-file 1, the default): "
+        f"{named}{more} a sample; where a file's first axis is its samples, give "
+        "--samples-per-file header to read and check each of them"
+    )
 
 
 def _tell_stopped(args: argparse.Namespace, exc: HeadraceError) -> None:

@@ -45,8 +45,9 @@ class Problem:
 
     A token source's ``sample`` is its number in file order (file 0's samples first, as
     ``shuffle=False`` reads them; the message names the file and token offset), a file
-    source's likewise (as ``shuffle="none"`` reads them, a batch's ``index``): the
-    check's own order is a seed's shuffle, which names no place in the files."""
+    source's likewise (as ``shuffle="none"`` reads them, a batch's ``index``), a table's
+    (and MDS shards') its row in the dataset: the check's own order is a seed's shuffle,
+    which names no place in the files."""
 
     source: str
     sample: int
@@ -436,9 +437,15 @@ def _bisect(
             raise
         if len(samples) == 1:
             number = int(_file_order(source, seed, samples)[0])
-            # A token source's message names the sample as the read asked it, the seed's
-            # shuffled number ("sample 26: ... (sample 41)"): named as the Problem is.
-            said = str(exc).replace(f" (sample {int(samples[0])})", f" (sample {number})", 1)
+            # A token source's or a table's message names the sample as the read asked it,
+            # the seed's shuffled number ("sample 26: ... (sample 41)", "row 5 (row 305 of
+            # the table, sample 197)"): named as the Problem is.
+            said = str(exc)
+            for lead in (" (", ", "):
+                if f"{lead}sample {int(samples[0])})" in said:
+                    was, now = f"{lead}sample {int(samples[0])})", f"{lead}sample {number})"
+                    said = said.replace(was, now, 1)
+                    break
             out.append(Problem(name, number, type(exc).__name__, said))
             return []
     half = len(samples) // 2
@@ -463,8 +470,10 @@ def _file_order(source: Any, seed: int, samples: NDArray[np.int64]) -> NDArray[n
     order: the starts of the files before, then the start's place in its file (a tail or
     stride start slid back to its file's end is the one after the grid start before it).
     A file source's in dataset order (its batches' ``index``: file 0's samples first):
-    shuffled, a truncated ``s3.npy`` of 10 samples was "samples 20-29". Other sources'
-    samples as they are."""
+    shuffled, a truncated ``s3.npy`` of 10 samples was "samples 20-29". A source of rows
+    (a table, MDS shards, padded rows: ``starts`` gives file 0 and the row) by its row in
+    dataset order: a table's row 123 was "sample 5024". Other sources' samples as they
+    are."""
     layout = getattr(source, "layout", None)
     by_file: Any = getattr(source, "plan", None)  # a FileSource's FilePlan
     if not len(samples):
@@ -474,6 +483,9 @@ def _file_order(source: Any, seed: int, samples: NDArray[np.int64]) -> NDArray[n
             files, items = by_file.locate(seed, samples)
             index: NDArray[np.int64] = np.asarray(by_file.index(files, items), dtype=np.int64)
             return index
+        if callable(getattr(source, "starts", None)):
+            _, rows = source.starts(seed, samples)
+            return np.asarray(rows, dtype=np.int64)
         return samples
     plan = layout.locate(seed, samples)
     files = layout.window_file[plan.window]
