@@ -66,11 +66,13 @@ def test_runs_of_other_windows_are_other_plans_not_other_bytes(
             assert main([*args, "--json", str(out)]) == 0
         return str(out)
 
+    # --max-slowdown 99.9: the verdict on bytes is the point, not the timing (a loaded CI
+    # machine ran one side's naive 0.27x as fast, exit 1)
     one, two = run(1, 0.25), run(2, 0.25)
-    assert main(["bench", "compare", one, two]) == 0
+    assert main(["bench", "compare", one, two, "--max-slowdown", "99.9"]) == 0
     out = capsys.readouterr().out
     assert "DIFFERS" not in out and "reader.window_mib 1 vs 2" in out
     assert "not compared (other data or plan" in out
-    assert main(["bench", "compare", one, run(1, 0.5)]) == 0
+    assert main(["bench", "compare", one, run(1, 0.5), "--max-slowdown", "99.9"]) == 0
     out = capsys.readouterr().out
     assert "same" in out and "other data or another plan" not in out

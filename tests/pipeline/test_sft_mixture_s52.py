@@ -195,7 +195,10 @@ def test_packed_beside_padded_through_a_torch_dataloader_of_two_workers(root: Pa
 
     whole, _ = hosts(root, 1, 24)
     ds = TorchDataset(chat_mix(root), batch_size=B, seed=7, steps=24, rank=0, world_size=1)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    # spawn: a fork of this process, where another test may have imported JAX, warns
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+    )
     got = [{k: v.numpy() for k, v in b.items()} for b in loader]
     assert len(got) == len(whole)
     for g, w in zip(got, whole, strict=True):

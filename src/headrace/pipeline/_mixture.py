@@ -488,14 +488,14 @@ class Mixture(Closing):
                     )
             elif any(widened(got[k][0], want[k][0]) is None for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
-                if all(type(src).__name__ in _OUT_DTYPE for src in pair):
-                    fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
                 casts = _integer_casts(got, want)
                 if casts is not None:
                     sides = ((self.names[s], raw_got, pair[0]), (first, raw_want, pair[1]))
                     fix = _widen_advice(sides, casts, tokens) or fix
                 elif tokens:
                     fix = f"write one source's files in the other's dtype, or {fix}"
+                if all(type(src).__name__ in _OUT_DTYPE for src in pair):
+                    fix = f"give row sources the same dtype= (PaddedRows, PairRows), or {fix}"
                 if tokens:
                     fix += "; ids of two tokenizers are two vocabularies, which no dtype makes one"
                 text = [k for k in sorted(got) if {got[k][0].kind, want[k][0].kind} == {"S", "U"}]
