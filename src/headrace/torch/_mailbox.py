@@ -21,6 +21,8 @@ from multiprocessing import heap, reduction
 from multiprocessing.context import get_spawning_popen
 from typing import Any
 
+from headrace._ring_worker import no_shm
+
 __all__ = ["Mailbox"]
 
 # The cells: a count of posts, then the start step, phase, seed and origin (-1 without);
@@ -131,14 +133,7 @@ class Mailbox:
 
 def no_shared_heap(why: OSError) -> OSError:
     """A spawn or forkserver worker's start where the shared heap could not be made."""
-    err = OSError(
-        why.errno,
-        "a DataLoader worker (spawn or forkserver) needs shared memory, and this process "
-        f"cannot create it: {why.strerror or why} ({why.filename or '/dev/shm'}); make "
-        "/dev/shm writable for this user (docker run --shm-size=1g or --ipc=host; a "
-        "Kubernetes emptyDir with medium: Memory mounted at /dev/shm), or read in this "
-        "process with num_workers=0",
-    )
+    err = OSError(why.errno, no_shm(why))
     err.__cause__ = why
     return err
 
