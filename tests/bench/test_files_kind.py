@@ -354,7 +354,7 @@ def test_raw_variants_need_one_sample_per_file(tmp_path: Path) -> None:
     [
         ({"storage": "gcs"}, "storage must be one of"),
         ({"endpoint": "http://127.0.0.1:1"}, r"need storage = 's3'"),
-        ({"storage": "s3", "storage_url": "gs://b/p"}, "s3://bucket/prefix"),
+        ({"storage": "s3", "storage_url": "ftp://b/p"}, "s3://bucket/prefix"),
         ({"max_concurrent": 8}, r"need storage = 's3'"),
         ({"storage": "s3", "max_concurrent": "8"}, "max_concurrent must be an integer >= 1"),
         ({"storage": "s3", "latency_ms": -5}, r"latency_ms must be >= 0 \(got -5\)"),

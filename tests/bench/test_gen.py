@@ -221,11 +221,15 @@ def test_a_large_file_is_streamed_not_held_in_memory(tmp_path: Path) -> None:
     [
         (["--root", "ftp://host/x"], "--root 'ftp://host/x': cannot write to ftp:// URLs"),
         (["--root", "memory://x"], "cannot write to memory:// URLs"),
-        (["--endpoint", "http://127.0.0.1:1"], "--staging and --endpoint go with --root URL"),
         (
-            ["--root", "gs://b/x", "--endpoint", "http://127.0.0.1:1"],
-            "--root 'gs://b/x' is not an s3:// URL",
+            ["--endpoint", "http://127.0.0.1:1"],
+            "--staging, --endpoint and --store-option go with --root URL",
         ),
+        (
+            ["--root", "https://h/x", "--endpoint", "http://127.0.0.1:1"],
+            "goes with s3://, gs:// and az:// roots",
+        ),
+        (["--root", "gs://b/x", "--store-option", "nope"], "give it as KEY=VALUE"),
         (["--root", "s3://b/x", "--endpoint", "127.0.0.1:1"], "must be an http(s):// URL"),
     ],
 )

@@ -203,8 +203,9 @@ def slowfs_config(args: argparse.Namespace) -> SlowFSConfig | None:
             ("--storage-url", "storage_url"),
             ("--endpoint", "endpoint"),
             ("--max-concurrent", "max_concurrent"),
+            ("--store-option", "store_option"),
         )
-        if getattr(args, attr, None) is not None
+        if getattr(args, attr, None) not in (None, [])
     ]
     if given:
         one = len(given) == 1

@@ -20,6 +20,7 @@ from typing import Any
 
 from headrace._messages import byte_size
 from headrace._output_path import check_output_path, refuse_output_over_input
+from headrace._store_option import add_store_option
 from headrace.bench._args import (
     check_ranges,
     parse_accelerators,
@@ -110,9 +111,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "fuse3)",
     )
     parser.add_argument(
-        "--storage-url", metavar="s3://BUCKET/PREFIX", help="where the dataset goes on S3"
+        "--storage-url",
+        metavar="URL",
+        help="where the dataset goes: s3://BUCKET/PREFIX, or gs:// or az:// (an existing "
+        "bucket or container; credentials as --store-option or the store's own variables)",
     )
-    parser.add_argument("--endpoint", metavar="URL", help="an existing S3 endpoint to use")
+    parser.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="an existing S3 endpoint to use; with a gs:// or az:// --storage-url, that "
+        "store's endpoint (fake-gcs-server, Azurite)",
+    )
+    add_store_option(parser)
     parser.add_argument(
         "--latency-ms",
         type=float,
@@ -579,6 +589,8 @@ def _refuse_changes_unlisted(args: argparse.Namespace) -> None:
         for dest in _WORKLOAD_FLAGS
         if getattr(args, dest, None) is not None
     ]
+    if getattr(args, "store_option", None):
+        given.append("--store-option")
     if not given:
         return
     one = len(given) == 1

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from headrace._store_option import add_store_option, store_options
 from headrace.bench._args import (
     check_ranges,
     refuse_scales_without_dlio,
@@ -41,6 +42,9 @@ from headrace.bench._workload import Workload, load_workload
 from headrace.errors import ConfigError, HeadraceError
 
 __all__ = ["WRITABLE_SCHEMES", "check", "configure", "run"]
+
+#: The object stores other than S3 that ``--endpoint`` and ``--store-option`` reach.
+CLOUD_SCHEMES = ("gs", "az", "azure", "abfs", "abfss", "adl")
 
 #: URL schemes ``--root`` may name (obstore writes to them).
 WRITABLE_SCHEMES = ("s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl", "http", "https",
@@ -72,9 +76,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--endpoint",
         metavar="URL",
-        help="with --root s3://...: an S3-compatible endpoint (MinIO, moto ...); credentials "
-        "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION",
+        help="with --root s3://...: an S3-compatible endpoint (MinIO, moto ...), credentials "
+        "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION; with gs:// or az://: "
+        "the store's endpoint (fake-gcs-server, Azurite, a private endpoint)",
     )
+    add_store_option(parser)
     # As headrace bench takes them, so that gen writes the dataset such a run reads.
     parser.add_argument(
         "--token-file-gib", type=float, help="tokens, megatron: token file size in GiB"
@@ -91,24 +97,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true")
 
 
-def _destination(root: str, scheme: str, wl: Workload, endpoint: str | None) -> Any:
-    """The ObjectStore for ``root``, with the workload's store options and ``--endpoint``."""
+def _destination(
+    root: str, scheme: str, wl: Workload, endpoint: str | None, given: list[str]
+) -> Any:
+    """The ObjectStore for ``root``: the workload's store options, ``--store-option``
+    over them, and ``--endpoint`` (S3's with the AWS_* credentials; a gs:// or az://
+    store's as its own endpoint, credentials from its own settings)."""
     from headrace.bench._s3_serve import endpoint_info
     from headrace.formats._object_files import check_store_options
     from headrace.io import ObjectStore
 
     where = f"workload {wl.name!r} [reader] store_options"
-    options = check_store_options(wl.reader.get("store_options"), remote=True, where=where)
+    options = dict(check_store_options(wl.reader.get("store_options"), remote=True, where=where))
+    for key, value in store_options(given).items():
+        # config.X=... adds to the workload's config, as a flag does to a file's setting
+        options[key] = {**options.get(key, {}), **value} if isinstance(value, dict) else value
     endpoint = endpoint or wl.reader.get("endpoint")
     if endpoint:
-        if scheme not in ("s3", "s3a"):
-            raise ConfigError(
-                f"--endpoint {endpoint!r} names an S3-compatible endpoint; --root {root!r} is "
-                "not an s3:// URL"
-            )
         if not str(endpoint).startswith(("http://", "https://")):
             raise ConfigError(f"--endpoint must be an http(s):// URL (got {endpoint!r})")
-        options = {**endpoint_info(str(endpoint)).store_options(), **options}
+        if scheme in ("s3", "s3a"):
+            options = {**endpoint_info(str(endpoint)).store_options(), **options}
         options["endpoint"] = str(endpoint)
     if scheme == "file":
         path = unquote(urlsplit(root).path)
@@ -145,8 +154,8 @@ def _bench_hint(
     a bench without them reads the default dataset, which it wrote and uploaded beside
     gen's (a 1 GiB token file beside a 0.0005 GiB one; 512 JPEGs into the folder of
     gen's 2). None for a kind bench reads locally only (it refuses ``--storage s3``)."""
-    if scheme not in ("s3", "s3a") or kind not in S3_KINDS:
-        return ""  # bench reads S3 only, and these kinds only
+    if scheme not in ("s3", "s3a", *CLOUD_SCHEMES) or kind not in S3_KINDS:
+        return ""  # bench reads object stores of these schemes only, and these kinds only
     folders = {k.rpartition("/")[0] for k in keys}
     sub = posixpath.commonpath(sorted(folders)) if all(folders) else ""
     url = root.rstrip("/") + (f"/{sub}" if sub else "")
@@ -161,8 +170,12 @@ def _bench_hint(
         )
         if value is not None
     )
-    return f"; bench it with {sizes}--storage s3 --storage-url {url}" + (
-        f" --endpoint {endpoint}" if endpoint else ""
+    # (--store-option values not repeated: they may hold a key)
+    given = " and the same --store-option flags" if args.store_option else ""
+    return (
+        f"; bench it with {sizes}--storage s3 --storage-url {url}"
+        + (f" --endpoint {endpoint}" if endpoint else "")
+        + given
     )
 
 
@@ -213,10 +226,16 @@ def check(args: argparse.Namespace) -> Workload:
     sizes = size_changes(wl, args)
     if sizes:
         wl = wl.replace(dataset=sizes)
-    if scheme is None and (args.staging or args.endpoint):
+    if scheme is None and (args.staging or args.endpoint or args.store_option):
         raise ConfigError(
-            "--staging and --endpoint go with --root URL (an object store, e.g. "
-            f"--root s3://bucket/prefix); --root {root!r} is a local folder"
+            "--staging, --endpoint and --store-option go with --root URL (an object store, "
+            f"e.g. --root s3://bucket/prefix); --root {root!r} is a local folder"
+        )
+    store_options(args.store_option)  # (one that cannot be read: refused before any work)
+    if args.endpoint and scheme is not None and scheme not in ("s3", "s3a", *CLOUD_SCHEMES):
+        raise ConfigError(
+            f"--endpoint {args.endpoint!r}: --root {root!r} is a {scheme}:// URL, whose "
+            "address is the URL itself; --endpoint goes with s3://, gs:// and az:// roots"
         )
     if scheme is None:
         refuse_url_typo("--root", root, "--root")
@@ -247,7 +266,9 @@ def run(args: argparse.Namespace) -> int:
             else:
                 kind = make_kind(wl, prepare_root(args.staging or default_root(), "--staging"))
                 writing = kind.root
-                store = stack.enter_context(_destination(root, scheme, wl, args.endpoint))
+                store = stack.enter_context(
+                    _destination(root, scheme, wl, args.endpoint, args.store_option)
+                )
                 files = kind.dataset_files()
                 keys = _keys(kind, files)
                 # Before generating: a missing bucket or bad credentials fail in a second.

@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import Any
 
+from headrace._store_option import store_options as parse_store_options
 from headrace.bench._args import parse_sweep, refuse_unused_sizes, size_changes, slowfs_config
 from headrace.bench._kind import VariantSpec
 from headrace.bench._workload import Workload, load_workload, refuse_bad_variants
@@ -157,9 +158,12 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("storage_url", "endpoint", "latency_ms", "max_concurrent"):
         if getattr(args, key, None) is not None:
             reader[key] = getattr(args, key)
+    if getattr(args, "store_option", None):
+        reader["store_options"] = parse_store_options(args.store_option)
     if reader and reader.get("storage", "s3") != "s3" and len(reader) > 1:
         raise ConfigError(
-            "--storage-url, --endpoint, --latency-ms and --max-concurrent need --storage s3"
+            "--storage-url, --endpoint, --store-option, --latency-ms and --max-concurrent "
+            "need --storage s3"
         )
     if len(reader) > int("storage" in reader):
         reader["storage"] = "s3"  # an S3 option implies S3
@@ -174,6 +178,7 @@ _S3_WINDOW_MIB = 16
 
 def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]) -> dict[str, Any]:
     """A token workload read from S3: its headrace variants, and on moto a 64 MiB file."""
+    from headrace.bench._storage import CLOUD_SCHEMES
     from headrace.bench._tokens_kind import LOCAL_ONLY
 
     changes: dict[str, Any] = {}
@@ -184,7 +189,9 @@ def _tokens_on_s3(wl: Workload, args: argparse.Namespace, reader: dict[str, Any]
         if dropped:
             changes["variants"] = kept
             notes.append(f"left out {', '.join(dropped)} (they read the local file)")
-    if not reader.get("endpoint") and getattr(args, "token_file_gib", None) is None:
+    url = str(reader.get("storage_url") or wl.reader.get("storage_url") or "")
+    on_moto = not reader.get("endpoint") and url.partition("://")[0] not in CLOUD_SCHEMES
+    if on_moto and getattr(args, "token_file_gib", None) is None:
         changes["dataset"] = {"token_file_gib": _S3_TOKEN_GIB}
         reader["window_mib"] = min(float(wl.reader.get("window_mib", 256)), _S3_WINDOW_MIB)
         notes.append(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -28,12 +29,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from headrace.bench._s3_serve import bench_s3, split_s3_url
-from headrace.bench._upload import DigestCache
+from headrace.bench._upload import DigestCache, list_destination, upload_files
 from headrace.errors import ConfigError
+from headrace.formats._object_files import refuse_bucketless
 
 __all__ = ["STORAGES", "Storage"]
 
 STORAGES = ("local", "s3")
+#: The stores besides S3 a ``storage_url`` may name (the user's own bucket or container).
+CLOUD_SCHEMES = ("gs", "az", "azure", "abfs", "abfss")
 _DEFAULT_BUCKET = "headrace-bench"
 
 
@@ -70,12 +74,19 @@ class Storage:
             raise ConfigError(
                 f"workload {workload.name!r}: {remote_keys} need storage = 's3' (--storage s3)"
             )
+        # gs:// or az://: read from the user's bucket (an emulator's too), no moto.
+        self.cloud = str(rd.get("storage_url") or "").partition("://")[0].lower() in CLOUD_SCHEMES
         if rd.get("storage_url"):
             # Named as the user gave it: the flag, else the file's key (a URL from the
             # workload file was refused as "--storage-url", a flag never typed).
             named = rd.flags.get("storage_url") or f"{rd.where}: storage_url"
-            split_s3_url(str(rd["storage_url"]), named)
+            if self.cloud:
+                refuse_bucketless(str(rd["storage_url"]))
+            else:
+                split_s3_url(str(rd["storage_url"]), named)
         self.url = str(rd.get("storage_url") or f"s3://{_DEFAULT_BUCKET}/{prefix}")
+        if self.cloud:
+            self.url = self.url.rstrip("/")
         self.endpoint = rd.get("endpoint") or None
         latency = rd.get("latency_ms") or 0
         # Checked here, before anything is written: infinity was refused by the proxy's
@@ -92,6 +103,12 @@ class Storage:
                 "finite number of ms: the delay the latency proxy adds to each request"
             )
         self.latency_ms = float(latency)
+        if self.cloud and (latency or rd.get("max_concurrent")):
+            raise ConfigError(
+                f"workload {workload.name!r}: latency_ms and max_concurrent (--latency-ms, "
+                f"--max-concurrent) put a proxy in front of an S3 endpoint; {self.url} is "
+                "read as it is: drop them, or bench an s3:// --storage-url"
+            )
         limit = rd.get("max_concurrent")
         # true is an int to Python, and was taken as a limit of 1.
         if limit is not None and (
@@ -108,8 +125,8 @@ class Storage:
         # The ObjectStore options of the served dataset: set by serve() for the run,
         # and carried in the workload to the processes that measure it.
         options = rd.get("served_store_options") if self.remote else None
-        # A workload's own store_options are headrace gen's (--root URL); a bench run
-        # reaches its endpoint with --endpoint and the AWS_* credentials (serve refuses).
+        # A workload's store_options (or --store-option): the store's settings, as for
+        # headrace gen --root URL; refused where the run serves the dataset itself (moto).
         self.gen_options = rd.get("store_options") if self.remote else None
         self.options: dict[str, Any] | None = None if options is None else dict(options)
         # The object cache of the run (cached variants): where it is made, where it is.
@@ -162,26 +179,28 @@ class Storage:
         if not self.remote or self.options is not None:
             yield
             return
-        if self.gen_options:
-            raise ConfigError(
-                f"workload {self._name!r}: [reader] store_options are for headrace gen --root "
-                "URL; headrace bench --storage s3 serves the dataset itself (moto), or reaches "
-                "an existing endpoint with --endpoint URL and the AWS_ACCESS_KEY_ID / "
-                "AWS_SECRET_ACCESS_KEY / AWS_REGION credentials: drop store_options for the run"
-            )
+        given = self._given_options()
         latency = self.latency_ms or None
         before = kind.workload
-        with bench_s3(
-            self.url,
-            kind.files(),
-            endpoint=self.endpoint,
-            latency_ms=latency,
-            max_concurrent=self.max_concurrent,
-            digests=DigestCache.under(kind.root),
-            listed=kind.listed_extensions(),
-            what=f"the dataset of workload {self._name!r}",
-            uploaded=self._said if self.endpoint else None,
-        ) as o:
+        with contextlib.ExitStack() as stack:
+            if self.cloud:
+                o = self._upload_cloud(kind, given)
+            else:
+                o = stack.enter_context(
+                    bench_s3(
+                        self.url,
+                        kind.files(),
+                        endpoint=self.endpoint,
+                        latency_ms=latency,
+                        max_concurrent=self.max_concurrent,
+                        digests=DigestCache.under(kind.root),
+                        listed=kind.listed_extensions(),
+                        what=f"the dataset of workload {self._name!r}",
+                        uploaded=self._said if self.endpoint else None,
+                    )
+                )
+                # (the endpoint the run reads: the latency proxy's, where there is one)
+                o = {**_merged(given, o), "endpoint": o["endpoint"]}
             # The measurement subprocesses rebuild the kind from the workload: carry the way in.
             self.options = dict(o)
             carried: dict[str, Any] = {"served_store_options": o, "storage_url": self.url}
@@ -202,6 +221,55 @@ class Storage:
                 self.options = self.cache_dir = None
                 if cache is not None:
                     shutil.rmtree(cache, ignore_errors=True)
+
+    def _given_options(self) -> dict[str, Any]:
+        """The store options given (``[reader] store_options``, ``--store-option``), checked."""
+        from headrace.formats._object_files import check_store_options
+
+        if not self.gen_options:
+            return {}
+        if not self.cloud and self.endpoint is None:
+            raise ConfigError(
+                f"workload {self._name!r}: [reader] store_options are for headrace gen --root "
+                "URL and a store of your own; headrace bench --storage s3 serves the dataset "
+                "itself (moto) unless given an existing endpoint with --endpoint URL "
+                "(credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION) or "
+                "a gs:// or az:// --storage-url: drop store_options (--store-option) for the "
+                "run, or give one of those"
+            )
+        where = f"workload {self._name!r} [reader] store_options (--store-option)"
+        options = dict(check_store_options(self.gen_options, remote=True, where=where))
+        keys = sorted({"access_key_id", "secret_access_key"} & set(options))
+        if keys and not self.cloud:
+            # The upload's client (boto3) signs with the AWS_* variables, the reads with these.
+            raise ConfigError(
+                f"workload {self._name!r}: store_options {keys}: headrace bench uploads to "
+                f"{self.endpoint} with the AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                "variables; give the credentials there instead"
+            )
+        return options
+
+    def _upload_cloud(self, kind: Any, given: dict[str, Any]) -> dict[str, Any]:
+        """Upload ``kind.files()`` to a gs:// or az:// ``storage_url`` (the bucket or
+        container must exist: obstore cannot create one); the options that reach them."""
+        from headrace.bench._s3_serve import _refuse_foreign
+        from headrace.io import ObjectStore
+
+        options = dict(given)
+        if self.endpoint is not None:
+            if not str(self.endpoint).startswith(("http://", "https://")):
+                raise ConfigError(f"--endpoint must be an http(s):// URL (got {self.endpoint!r})")
+            options["endpoint"] = str(self.endpoint)
+        with ObjectStore(self.url, **options) as store:
+            files = [(os.path.basename(p), p) for p in kind.files()]
+            have = list_destination(store, [k for k, _ in files])
+            listed = kind.listed_extensions()
+            if listed is not None:  # (as bench_s3: only where the readers list the prefix)
+                what = f"the dataset of workload {self._name!r}"
+                _refuse_foreign(self.url, have, {k for k, _ in files}, listed, what)
+            done = upload_files(store, files, digests=DigestCache.under(kind.root), have=have)
+        self._said(done)
+        return options
 
     def _said(self, done: Any) -> None:
         # An existing endpoint's prefix may hold objects the run writes over: say so.
@@ -227,6 +295,14 @@ class Storage:
             if self.request_attempts is not None:
                 extras["request_attempts"] = self.request_attempts
         return extras
+
+
+def _merged(given: dict[str, Any], served: dict[str, Any]) -> dict[str, Any]:
+    """The served options with the given ones over them (``config`` merged key by key)."""
+    out = dict(served)
+    for key, value in given.items():
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
+    return out
 
 
 def _request_settings(name: str, timeout_s: Any, attempts: Any) -> tuple[float | None, int | None]:

@@ -32,15 +32,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIGEST_CACHE",
+    "AZURE_DIGEST_KEY",
     "DIGEST_KEY",
     "DigestCache",
     "UploadProgress",
     "Uploaded",
+    "digest_key_of",
     "list_destination",
     "upload_files",
 ]
 
 DIGEST_KEY = "headrace-sha256"
+#: Azure's: its metadata names are C# identifiers, and a PUT with ``headrace-sha256``
+#: was refused, "InvalidMetadata" (every ``headrace gen --root az://...`` failed).
+AZURE_DIGEST_KEY = "headrace_sha256"
+_AZURE_SCHEMES = ("az", "azure", "abfs", "abfss", "adl")
 DIGEST_CACHE = ".headrace-sha256.json"
 _HASH_BYTES = 4 << 20
 _MISSING_BUCKET = ("nosuchbucket", "bucket does not exist", "containernotfound")
@@ -140,6 +146,13 @@ def _common_dir(keys: Sequence[str]) -> str:
     return posixpath.commonpath(sorted(dirs))
 
 
+def digest_key_of(url: str) -> str:
+    """The metadata name a file's SHA-256 is kept under in the store at ``url``."""
+    scheme = url.partition("://")[0].lower()
+    azure = scheme in _AZURE_SCHEMES or ".blob.core.windows.net" in url.lower()
+    return AZURE_DIGEST_KEY if azure else DIGEST_KEY
+
+
 def list_destination(store: ObjectStore, keys: Sequence[str]) -> dict[str, int]:
     """Sizes of the objects under ``keys``' common folder (one listing); a missing bucket named."""
     prefix = _common_dir(keys)
@@ -224,6 +237,7 @@ def upload_files(
     if have is None:
         have = list_destination(store, keys)
     use_digests = bool(store.keeps_metadata)
+    digest_key = digest_key_of(store.url)
     cache = digests if digests is not None else DigestCache(None)
     state = Uploaded()
     lock = threading.Lock()
@@ -237,7 +251,7 @@ def upload_files(
     def still_good(i: int) -> bool:
         if not use_digests:
             return True
-        return bool(store.attributes(keys[i]).get(DIGEST_KEY) == digest(i))
+        return bool(store.attributes(keys[i]).get(digest_key) == digest(i))
 
     good = _run_all(lambda j: still_good(same[j]), len(same), threads, "checks", store.url)
     kept = {i for i, ok in zip(same, good, strict=True) if ok}
@@ -260,7 +274,7 @@ def upload_files(
         i = todo[j]
         d = digest(i)
         store.put_file(
-            keys[i], paths[i], metadata={DIGEST_KEY: d} if d else None, on_bytes=on_bytes
+            keys[i], paths[i], metadata={digest_key: d} if d else None, on_bytes=on_bytes
         )
         with lock:
             state.written += 1

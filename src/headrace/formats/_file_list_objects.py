@@ -18,6 +18,7 @@ from headrace.formats._url_glob import (
     ESCAPE_HINT,
     glob_root,
     has_magic,
+    http_literal,
     key_matches,
     listed_exists,
     literal_parts,
@@ -45,6 +46,8 @@ def object_glob(
     glob, a pattern names what it wants: no extension filter, nothing hidden counted."""
     from headrace.io import ObjectStore
 
+    if listing is None:
+        http_literal(url)  # an http(s) glob: refused, naming why (a prefix is listed)
     if not is_url_pattern(url):
         return None
     if listing is not None:  # a worker's copy: the objects its parent matched

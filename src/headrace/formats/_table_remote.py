@@ -66,6 +66,7 @@ from headrace.formats._url_glob import (
     ESCAPE_HINT,
     glob_root,
     has_magic,
+    http_literal,
     key_matches,
     listed_exists,
     literal_parts,
@@ -98,6 +99,14 @@ _MAGIC = b"PAR1"
 _PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 
 
+def _exists(files: ObjectFiles, url: str) -> bool:
+    try:
+        files.info(url)
+    except ObjectNotFoundError:
+        return False
+    return True
+
+
 def resolve_urls(
     path: str | Sequence[str], files: ObjectFiles
 ) -> tuple[str, list[tuple[str, ObjectInfo]], str | None]:
@@ -119,6 +128,8 @@ def resolve_urls(
         urls = list(path)
         common_url_root(urls, "a table's files")  # (all object URLs of one bucket: first)
         globs = {k for k, u in enumerate(urls) if has_magic(u) and not u.startswith("http")}
+        for u in urls:
+            http_literal(u, lambda x: _exists(files, x))  # (an http glob: refused by name)
         infos = iter(files.infos([u for k, u in enumerate(urls) if k not in globs]))
         listed = []
         for k, u in enumerate(urls):
@@ -132,6 +143,7 @@ def resolve_urls(
     http = path.startswith(("http://", "https://"))
     if http:
         named_url(path)
+        http_literal(path, lambda x: _exists(files, x))
     literal = http
     if has_magic(path) and not http:
         base = glob_root(path.rstrip("/"))

@@ -46,6 +46,7 @@ from headrace.formats._url_glob import (
     ESCAPE_HINT,
     glob_root,
     has_magic,
+    http_literal,
     key_matches,
     listed_exists,
     literal_parts,
@@ -79,6 +80,8 @@ def expand_token_paths(
             refuse_bucketless(text)
             if text.endswith("/"):  # a prefix: the shards right under it
                 out.extend(_remote_matches(text + "*.bin", stores(), folder=text))
+            elif http_literal(text, lambda u: _exists(stores(), u)):
+                out.append(f)  # (an http(s) glob is refused there: a server cannot list)
             elif has_magic(_url_path(text)):
                 out.extend(_remote_matches(text, stores()))
             else:
@@ -90,6 +93,14 @@ def expand_token_paths(
         else:
             out.append(f)
     return out
+
+
+def _exists(stores: ObjectFiles, url: str) -> bool:
+    try:
+        stores.info(url)
+    except ObjectNotFoundError:
+        return False
+    return True
 
 
 def _url_path(url: str) -> str:

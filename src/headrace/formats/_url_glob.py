@@ -26,10 +26,13 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
+from headrace.errors import ObjectNotFoundError
+
 __all__ = [
     "ESCAPE_HINT",
     "glob_root",
     "has_magic",
+    "http_literal",
     "key_matches",
     "listed_exists",
     "literal_parts",
@@ -48,6 +51,27 @@ ESCAPE_HINT = (
 
 def has_magic(pattern: str) -> bool:
     return any(c in pattern for c in _MAGIC)
+
+
+def http_literal(url: str, exists: Callable[[str], bool] | None = None) -> bool:
+    """Whether ``url`` is an http(s) URL with a wildcard character in its path that names
+    an object as written (``exists(url)``; ``None``: never); an http(s) glob that does
+    not is refused here, for every source: a web server cannot list, so a pattern there
+    cannot be expanded, and ``http://host/shard-*.parquet`` was asked for as an object
+    of that name: "no such object shard-*.parquet", or a listing the server refused."""
+    scheme, _, rest = url.partition("://")
+    path = rest.partition("/")[2].partition("?")[0]  # ('?' starts an http URL's query)
+    if scheme.lower() not in ("http", "https") or not has_magic(path):
+        return False
+    if exists is not None and exists(url):
+        return True
+    none = " (and there is no object of that name)" if exists is not None else ""
+    raise ObjectNotFoundError(
+        f"{url}: a glob pattern cannot be expanded over http(s): a web server cannot list "
+        f"its files{none}; pass the list of URLs, e.g. "
+        "[f'http://host/shard-{i:05d}.parquet' for i in range(n)], or read the bucket "
+        "through its own scheme (s3://, gs://, az://), which can list"
+    )
 
 
 def glob_root(pattern: str, sep: str = "/") -> str:
