@@ -247,7 +247,10 @@ def test_an_upload_to_azure_keeps_its_digest_under_a_name_azure_takes(
         ),
         (["--storage-url", "gs:///x"], "names no bucket"),
         (["--store-option", "config.account_name=a"], "store_options are for headrace gen"),
-        (["--storage", "slowfs", "--store-option", "region=x"], "--store-option is for --storage s3"),
+        (
+            ["--storage", "slowfs", "--store-option", "region=x"],
+            "--store-option is for --storage s3",
+        ),
         (
             ["--storage-url", "s3://b/x", "--endpoint", "http://127.0.0.1:9", "--store-option",
              "access_key_id=K"],
