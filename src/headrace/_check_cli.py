@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -529,6 +530,11 @@ def _name_the_flag(exc: HeadraceError) -> None:
     for word, fix in _FLAGS:
         if word in str(exc):
             exc.add_note(f"on the command line: {fix}")
+    # check() stopped at a count every file read contradicted: the count they hold.
+    got = re.search(r"give (?:samples_per_file=(\d+) or )?samples_per_file='header'", str(exc))
+    if isinstance(exc, ConfigError) and got is not None:
+        count = f"{got[1]} or header" if got[1] else "header"
+        exc.add_note(f"on the command line: --samples-per-file {count}")
 
 
 def _tell(

@@ -78,13 +78,16 @@ class _Named:
         self.lock = threading.Lock()
         self.shm: SharedMemory | None = None
 
-    def create(self, name: str, size: int, slots: int) -> SharedMemory:
+    def create(self, name: str, size: int, cfg: RingConfig, steps: int, step: int) -> SharedMemory:
+        """A ring of ``cfg.slots`` slots of ``size`` bytes, each a chunk of up to
+        ``steps`` steps of ``step`` bytes (what its "does not fit" message names)."""
+        slots = cfg.slots
         with self.lock:
             try:
                 self.shm = SharedMemory(name=name, create=True, size=size * slots)
             except PermissionError as exc:  # a bare "[Errno 13] Permission denied: '/hr_..'"
                 raise HeadraceError(no_shm(exc)) from exc
-            _reserve(self.shm, size, slots)
+            _reserve(self.shm, size, cfg, steps, step)
             return self.shm
 
     def unlink(self) -> None:
@@ -108,11 +111,14 @@ def no_shm(exc: OSError) -> str:
     )
 
 
-def _reserve(shm: SharedMemory, size: int, slots: int) -> None:
+def _reserve(shm: SharedMemory, size: int, cfg: RingConfig, steps: int, step: int) -> None:
     """Take the ring's pages now. A tmpfs gives a page at its first write, and one past
     its size (a container's /dev/shm is 64 MB unless told otherwise) is a SIGBUS that
-    kills the worker in the middle of a copy, saying nothing of why."""
+    kills the worker in the middle of a copy, saying nothing of why. Its message offers
+    only the settings that would shrink the rings: not ``chunk_steps`` where a chunk is
+    already one step (long-context samples), nor fewer workers where there is one."""
     fd = getattr(shm, "_fd", -1)
+    slots, workers = cfg.slots, cfg.workers
     if fd < 0 or not hasattr(os, "posix_fallocate"):
         return  # not Linux: pages are taken as they are written
     try:
@@ -121,12 +127,21 @@ def _reserve(shm: SharedMemory, size: int, slots: int) -> None:
         if exc.errno != errno.ENOSPC:
             return  # a file system that does not preallocate: as without
         st = os.statvfs("/dev/shm")
+        fewer = ["fewer workers"] if workers > 1 else []
+        smaller = [
+            n for n, it in (("prefetch_factor", slots > 2), ("chunk_steps", steps > 1)) if it
+        ]
+        fewer += [f"a smaller {' or '.join(smaller)}"] if smaller else []
+        rings = f"{workers} workers' rings need" if workers > 1 else "1 worker's ring needs"
         raise HeadraceError(
-            f"a ring of {slots} slots of {byte_size(size)} does not fit in /dev/shm "
-            f"({byte_size(st.f_bavail * st.f_frsize)} free): give the container more "
-            "shared memory (docker run --shm-size=1g; Kubernetes: an emptyDir of medium "
-            "Memory mounted on /dev/shm), or use fewer workers, a smaller "
-            "prefetch_factor or chunk_steps, or num_workers=0"
+            f"a ring of {slots} slots of {byte_size(size)} (a chunk of {steps} "
+            f"step{'s' if steps > 1 else ''} of {byte_size(step)}{' each' if steps > 1 else ''}) "
+            "does not fit in "
+            f"/dev/shm ({byte_size(st.f_bavail * st.f_frsize)} free; {rings} "
+            f"{byte_size(workers * slots * size)}): give the container more shared memory "
+            "(docker run --shm-size=1g; Kubernetes: an emptyDir of medium Memory mounted on "
+            f"/dev/shm), or {'use ' + ', '.join(fewer) + ', or ' if fewer else ''}"
+            "num_workers=0"
         ) from exc
 
 
@@ -258,7 +273,8 @@ class _Producer:
             # (At least a line: a batch of no fields takes no bytes, a segment some.)
             self.size = size = max(size + _ALIGN * len(regions), _ALIGN)
             name = f"headrace_{os.getpid()}_{secrets.token_hex(4)}"
-            self.shm = shm = self.named.create(name, size, self.cfg.slots)
+            steps_max, step = loader.max_chunk_steps, _size(regions) // len(steps)
+            self.shm = shm = self.named.create(name, size, self.cfg, steps_max, step)
             assert shm.buf is not None  # set by create=True
             self.whole = np.frombuffer(shm.buf, np.uint8)
             _put(out, bytes([_LAYOUT]) + pickle.dumps((name, size)))

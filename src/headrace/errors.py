@@ -10,7 +10,8 @@ HeadraceError
 ├── ConfigError (ValueError)          a bad argument or configuration
 ├── DataError                         bad input data
 │   ├── FormatError                   bytes that do not parse as their format
-│   │   └── CodecUnavailableError     ... or that this process lacks the codec for
+│   │   └── UnsupportedFormError      ... or sound ones in a form headrace does not read
+│   │       └── CodecUnavailableError ... in this process: it lacks the codec
 │   └── EmptyRowsError                replacement limit exceeded for all-padding rows
 ├── StateError                        a checkpoint that does not fit this loader
 └── StorageError (OSError)            the storage failed us
@@ -36,6 +37,7 @@ __all__ = [
     "StateError",
     "StorageError",
     "TransientStorageError",
+    "UnsupportedFormError",
 ]
 
 
@@ -55,12 +57,22 @@ class FormatError(DataError):
     """Bytes do not parse as the format they claim to be."""
 
 
-class CodecUnavailableError(FormatError):
+class UnsupportedFormError(FormatError):
+    """The file is in a form headrace does not read, though its bytes may be sound and are
+    the same at every read: an HDF5 external link, virtual dataset of other files or
+    external raw storage, an NPZ member compressed with bzip2 or LZMA, an NPY of Python
+    objects, a 12-bit JPEG, an animated WebP, a gzip-compressed TFRecord. Not damage, so
+    ``on_corrupt="replace"`` raises it rather than replacing every sample of such files
+    (the run trained on the others alone, silently); the message says how to convert it.
+    A check lists it, as the file's own problem."""
+
+
+class CodecUnavailableError(UnsupportedFormError):
     """The file needs a codec this process has not loaded (an HDF5 filter plugin, an image
     decoder Pillow was built without): the bytes may be sound, and another process, or this
     one set up otherwise, reads them. Not damage, so ``on_corrupt="replace"`` raises it
     rather than replacing the file's samples, and a check stops at it rather than listing
-    every such file as a bad one."""
+    every such file as a bad one (every file that needs the codec fails alike)."""
 
 
 class EmptyRowsError(DataError):

@@ -741,8 +741,9 @@ def test_rings_that_do_not_fit_in_dev_shm_are_told_not_a_sigbus(tmp_path: Path) 
     first = out.stdout.splitlines()[0]
     assert first.startswith("HeadraceError: a ring of 4 slots of ") and " kB " in first
     assert " does not fit in /dev/shm (" in first
+    assert " free; 2 workers' rings need " in first
     assert first.endswith(
-        "free): give the container more shared memory (docker run --shm-size=1g; "
+        "): give the container more shared memory (docker run --shm-size=1g; "
         "Kubernetes: an emptyDir of medium Memory mounted on /dev/shm), or use fewer "
         "workers, a smaller prefetch_factor or chunk_steps, or num_workers=0"
     )

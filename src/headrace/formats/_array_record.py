@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import ConfigError, DataError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._mds_codecs import decompress, require_codec
 from headrace.formats._tfrecord import _Bad, _fields, _packed_varints, _varint, gather_records
@@ -227,7 +227,7 @@ def _parts(
     of them, if given: what ``says`` so), and the chunk's end."""
     kind, n, decoded, data, end = _chunk(at, size, pos, name, what)
     if kind == _TRANSPOSED:
-        raise FormatError(
+        raise UnsupportedFormError(  # not damage: on_corrupt="replace" raises it
             f"{name}: {what} at offset {pos:,} is a transposed chunk (written with the "
             "'transpose' option), which headrace does not decode: rewrite the file "
             "without it (ArrayRecordWriter(path, 'group_size:1'))"

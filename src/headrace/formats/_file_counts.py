@@ -31,11 +31,11 @@ from numpy.typing import NDArray
 
 from headrace._messages import some_of
 from headrace.errors import (
-    CodecUnavailableError,
     ConfigError,
     DataError,
     HeadraceError,
     ReadEOFError,
+    UnsupportedFormError,
 )
 from headrace.formats._array_record import BLOCK_SIZE, read_index
 from headrace.formats._file_list import FileList, is_object_url
@@ -249,7 +249,7 @@ def header_counts(
                     try:
                         result(fut)
                     except DataError as exc:
-                        if corrupt is None or isinstance(exc, CodecUnavailableError):
+                        if corrupt is None or isinstance(exc, UnsupportedFormError):
                             failed.append((i, exc))  # (no damage either: raised)
                         else:  # (a storage error is no damage of the file: raised)
                             counts[i] = 0

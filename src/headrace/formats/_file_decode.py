@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import CodecUnavailableError, ConfigError, DataError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError, UnsupportedFormError
 from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_plan import FilePlan
-from headrace.formats._file_samples import Sample, decode_file, pick_item
+from headrace.formats._file_samples import Sample, decode_file, pick_item, tag_count
 from headrace.formats._file_window import FetchWindow
 from headrace.formats._files import FileFormat
 from headrace.formats._image_slots import ImageSlots, image_layout
@@ -93,7 +93,11 @@ class FileDecoder:
     ) -> Sample:
         """File ``f``'s arrays (``into``: the batch's image slots; ``rows``: the samples
         to decode, all where ``None``; ``inflated``: its NPZ members kept inflated)."""
-        sample = self._decoded(f, data, into, rows, inflated)
+        try:
+            sample = self._decoded(f, data, into, rows, inflated)
+        except DataError as exc:  # a count refused: check() tells a setting from damage
+            tag_count(exc, self.name(f), self._count_says())
+            raise
         keys = sorted(sample)
         with self._keys_lock:  # decode threads: only one may be the first
             if self._keys is None:
@@ -130,7 +134,7 @@ class FileDecoder:
                 continue
             try:
                 return self.name(g), sorted(self._decoded(g, self.fetch(g)))
-            except CodecUnavailableError:
+            except UnsupportedFormError:
                 raise  # not corrupt (see _checked)
             except DataError:
                 continue  # corrupt itself: the next one says
@@ -293,12 +297,13 @@ class FileDecoder:
 
     def _checked(self, fn: Callable[[], Sample]) -> Sample | DataError:
         """``fn()``; with ``on_corrupt="replace"``, a data error it raises is returned, but
-        a :class:`CodecUnavailableError` (a filter plugin this process has not loaded): the
-        file is sound, and replacing it trained on the other files alone, silently."""
+        an :class:`UnsupportedFormError` (a form headrace does not read: an HDF5 external
+        link, a bzip2 NPZ member; a filter plugin this process has not loaded): the file is
+        sound, and replacing it trained on the other files alone, silently."""
         try:
             return fn()
         except DataError as exc:
-            if self.config.on_corrupt == "raise" or isinstance(exc, CodecUnavailableError):
+            if self.config.on_corrupt == "raise" or isinstance(exc, UnsupportedFormError):
                 raise
             return exc
 

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace.errors import CodecUnavailableError, ConfigError, DataError
+from headrace.errors import ConfigError, DataError, UnsupportedFormError
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_source import FileSource
 from headrace.formats._file_window import FetchWindow, WindowStats
@@ -85,9 +85,9 @@ class IterableFiles(Closing):
                     picked = [self.source.decoder.pick(arrays, f, i) for i in items]
                 except DataError as exc:
                     if self.source.config.on_corrupt == "raise" or isinstance(
-                        exc, CodecUnavailableError
+                        exc, UnsupportedFormError
                     ):
-                        raise  # (a codec this process lacks is no damage: raised)
+                        raise  # (a form not read, a codec this process lacks: no damage)
                     # Skipped, not replaced (each worker reads its own shard); counted
                     # against max_corrupt (it raised under either on_corrupt before).
                     self.source._note_corrupt(f, exc)

@@ -32,6 +32,7 @@ that key becomes a 1-D ``object`` array of per-sample arrays, plus
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,7 +56,14 @@ from headrace.formats._tar_ranges import TarImage
 from headrace.formats._tfrecord import decode_tfrecord
 from headrace.formats._tfrecord_ranges import RecordImage
 
-__all__ = ["decode_file", "pick_item", "sample_digests", "stack_samples", "zero_padding"]
+__all__ = [
+    "decode_file",
+    "pick_item",
+    "sample_digests",
+    "stack_samples",
+    "tag_count",
+    "zero_padding",
+]
 
 Sample = dict[str, NDArray[Any]]
 
@@ -178,10 +186,11 @@ def pick_item(
     for k, a in arrays.items():
         if a.ndim == 0 or a.shape[0] != samples_per_file:
             why = "its count" if counted else f"samples_per_file={samples_per_file}"
-            raise DataError(
+            exc = DataError(
                 f"{name}: {k!r} has shape {a.shape}; expected {samples_per_file} samples on "
                 f"its leading axis ({why}){count_fix(why)}"
             )
+            raise tag_count(exc, name, why)
         got = a[item]
         if not isinstance(got, np.ndarray):
             # An item of a 1-D array is a scalar; of an object array (HDF5 variable-length
@@ -189,6 +198,26 @@ def pick_item(
             got = a[item : item + 1].reshape(a.shape[1:])
         out[k] = got
     return out
+
+
+# The count a count's refusal found: "'x' has shape (256, 16); expected 300 samples on
+# its leading axis (samples_per_file=300)" (HDF5, NPY, NPZ, a whole file), "holds 256
+# samples; expected 300 (samples_per_file=300)" (a tar shard).
+_FOUND = re.compile(r"has shape \((\d+)[,)][^;]*; expected|holds (\d+) samples; expected")
+
+
+def tag_count(exc: DataError, name: str, says: str) -> DataError:
+    """``exc``, tagged ``leading = (name, found, samples_per_file)`` where it refuses file
+    ``name``'s leading axis against a fixed ``samples_per_file`` (``says``; ``found``:
+    its length, ``None`` if the message does not say): a setting every file may
+    contradict alike, which :func:`~headrace.pipeline.check` stops at once, where it
+    listed every sample of every file."""
+    if says.startswith("samples_per_file=") and f"({says})" in str(exc):
+        got = _FOUND.search(str(exc))
+        found = None if got is None else int(got[1] or got[2])
+        leading = (name, found, int(says.partition("=")[2]))
+        setattr(exc, "leading", leading)  # noqa: B010 (an attribute DataError does not declare)
+    return exc
 
 
 def stack_samples(

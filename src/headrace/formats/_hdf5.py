@@ -29,7 +29,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY, count_fix
-from headrace.errors import CodecUnavailableError, ConfigError, DataError, FormatError
+from headrace.errors import (
+    CodecUnavailableError,
+    ConfigError,
+    DataError,
+    FormatError,
+    UnsupportedFormError,
+)
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 
 __all__ = ["decode_hdf5", "encode_hdf5", "hdf5_rows"]
@@ -274,7 +280,7 @@ def _damaged(ds: Any, index: Any, name: str, dataset: str, exc: OSError) -> Form
             if stored.get_class() == _h5py().h5t.OPAQUE
             else f"values of HDF5 type class {stored.get_class()}"
         )
-        return FormatError(
+        return UnsupportedFormError(
             f"{where} holds {what}, which HDF5 cannot convert to {ds.dtype}, the dtype h5py "
             f"gives it (HDF5 said: {exc}); the file is intact: write the values with "
             "a numeric, fixed-width string or compound dtype (opaque bytes: as uint8 "
@@ -430,7 +436,7 @@ def _check_links(f: Any, dataset: str, name: str, h5py: Any) -> None:
         path = "/".join(parts[:i])
         link = f.get(path, getlink=True)
         if isinstance(link, h5py.ExternalLink):
-            raise FormatError(
+            raise UnsupportedFormError(  # not damage: on_corrupt="replace" raises it
                 f"{name}: {path!r} (in dataset path {dataset!r}) is an external link to "
                 f"{link.path!r} in file {link.filename!r}; headrace reads one file's bytes, so "
                 "external links are not followed: read the target file itself, or copy the "
@@ -446,20 +452,22 @@ def _check_links(f: Any, dataset: str, name: str, h5py: Any) -> None:
 
 
 def _check_storage(ds: Any, name: str, dataset: str, h5py: Any) -> None:
-    """Refuse datasets whose values are not in this file's bytes, or not arrays at all."""
+    """Refuse datasets whose values are not in this file's bytes, or not arrays at all:
+    forms headrace does not read, not damage (:class:`UnsupportedFormError`, which
+    ``on_corrupt="replace"`` raises), but a null or forged dataspace."""
     where = f"{name}: dataset {dataset!r}"
     # HDF5 fills the parts of a virtual dataset whose source files it cannot open
     # with the fill value, without an error: read as-is, it would be silently wrong.
     # Sources in this same file (named ".") are in the bytes read: those are fine.
     sources = sorted({m.file_name for m in ds.virtual_sources()} - {"."}) if ds.is_virtual else []
     if sources:
-        raise FormatError(
+        raise UnsupportedFormError(
             f"{where} is a virtual dataset mapping other files {sources}; headrace reads "
             "one file's bytes (HDF5 would fill the unreachable parts with the fill value): "
             "list the source files as the dataset instead"
         )
     if ds.external:
-        raise FormatError(
+        raise UnsupportedFormError(
             f"{where} keeps its data in external raw file(s) "
             f"{sorted({str(e[0]) for e in ds.external})}; headrace reads one file's bytes: "
             "repack it into the file (h5repack)"
@@ -473,7 +481,7 @@ def _check_storage(ds: Any, name: str, dataset: str, h5py: Any) -> None:
             f"times the item size pass 2**63 - 1 bytes, which NumPy cannot size: {RECOPY}"
         )
     if h5py.check_dtype(ref=ds.dtype) is not None:
-        raise FormatError(
+        raise UnsupportedFormError(
             f"{where} holds HDF5 object/region references ({ds.dtype}), which mean nothing "
             "outside the open file; read the datasets they point to instead"
         )

@@ -54,7 +54,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
-from headrace.errors import CodecUnavailableError, ConfigError, FormatError
+from headrace.errors import CodecUnavailableError, ConfigError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._exif import (
     NO_LENGTH,
@@ -380,7 +380,7 @@ def _check_precision(view: memoryview, name: str, exc: FormatError) -> None:
     for marker, start, stop in jpeg_segments(view):
         if marker in _SOF and stop > start:
             if view[start] != 8 and 2 <= view[start] <= 16:  # (else: a damaged header)
-                raise FormatError(
+                raise UnsupportedFormError(  # not damage: on_corrupt="replace" raises it
                     f"{name}: a {view[start]}-bit JPEG (SOF{marker - 0xC0}), which neither "
                     "simplejpeg nor Pillow decodes (libjpeg as they build it reads 8-bit "
                     "samples only); the file need not be damaged: convert it, e.g. to a "
@@ -725,7 +725,7 @@ def _png16(view: memoryview, name: str, colour: int) -> NDArray[np.uint16]:
             _check_pixels(img.size[1], img.size[0], name, "PNG")
             tile = img.tile[0] if len(img.tile) == 1 else None
             if img.mode != pil_mode or tile is None or tile.codec_name != "zip":
-                raise FormatError(
+                raise CodecUnavailableError(  # this Pillow's lack, not the file's damage
                     f"{name}: a 16-bit PNG (colour type {colour}) that this Pillow "
                     f"({getattr(image_mod, '__version__', '?')}) opens as mode "
                     f"{img.mode!r} with tiles {img.tile!r}, not one {pil_mode!r} zip "

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY, count_fix
-from headrace.errors import DataError, FormatError
+from headrace.errors import DataError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 
 __all__ = [
@@ -165,8 +165,9 @@ def _parse_npy_header(
             f"{where}: corrupt NPY header: bad descr {header['descr']!r}: {RECOPY}"
         ) from exc
     if dtype.hasobject:
-        # Object arrays are pickles: arbitrary code on load, and never zero-copy.
-        raise FormatError(
+        # Object arrays are pickles: arbitrary code on load, and never zero-copy. Not
+        # damage: on_corrupt="replace" raises it (every such file was replaced, silently).
+        raise UnsupportedFormError(
             f"{where}: NPY holds Python objects (dtype {dtype}); refusing to unpickle "
             "(allow_pickle stays off: loading a pickle runs code). Save it with a numeric "
             "or fixed-width string dtype (ragged samples: pad them, or one array per sample)"

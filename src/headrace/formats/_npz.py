@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
-from headrace.errors import FormatError
+from headrace.errors import FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, BufferReader, as_bytes_view
 from headrace.formats._inflate import MOST_RATIO, inflate
 from headrace.formats._npy import (
@@ -161,8 +161,6 @@ def no_directory(name: str, exc: Exception) -> FormatError:
 def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryview:
     """A member's bytes as stored (deflated or not), its local header checked."""
     where = f"{name}: member {info.filename!r}"
-    if info.flag_bits & 0x1:
-        raise FormatError(f"{where} is encrypted")
     off = info.header_offset
     if off + 30 > len(view) or bytes(view[off : off + 4]) != _ZIP_LOCAL:
         raise FormatError(
@@ -170,6 +168,7 @@ def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryvie
         )
     name_len, extra_len = struct.unpack_from("<HH", view, off + 26)
     _check_local_name(bytes(view[off + 30 : off + 30 + name_len]), info, where)
+    _check_method(info, bytes(view[off : off + 30]), where)
     start = off + 30 + name_len + extra_len
     end = start + info.compress_size
     if info.compress_type == zipfile.ZIP_DEFLATED and info.file_size and info.compress_size < 2:
@@ -196,12 +195,57 @@ def _member_raw(view: memoryview, info: zipfile.ZipInfo, name: str) -> memoryvie
             f"{where} truncated: directory says {info.compress_size} bytes at [{start}, {end}), "
             f"found {max(0, len(view) - start)}"
         )
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+    return view[start:end]
+
+
+#: Zip compression methods other writers use (APPNOTE 4.4.5; zipfile writes bzip2 and
+#: LZMA), which headrace does not read: a member in one is sound, not damaged.
+_OTHER_METHODS = {
+    9: "Deflate64",
+    12: "bzip2",
+    14: "LZMA",
+    93: "Zstandard",
+    95: "XZ",
+    98: "PPMd",
+    99: "WinZip AES encryption",
+}
+
+
+def _check_method(info: zipfile.ZipInfo, local: bytes, where: str) -> None:
+    """Refuse a member headrace does not read (``local``: its local header's 30 bytes):
+    encrypted, or compressed otherwise than stored or deflated. Where its local header
+    says so too, and names what writers write, the file is sound: an
+    :class:`UnsupportedFormError`, which ``on_corrupt="replace"`` raises (every sample
+    of an NPZ of bzip2 members was replaced, silently); else its directory is damaged."""
+    method, locked = info.compress_type, bool(info.flag_bits & 0x1)
+    if not locked and method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        return
+    flags, said = struct.unpack_from("<HH", local, 6)
+    if bool(flags & 0x1) != locked:
         raise FormatError(
-            f"{where}: unsupported zip compression method {info.compress_type} "
+            f"{where} is encrypted, says the zip directory (flags {info.flag_bits:#06x}), "
+            f"but not its local header ({flags:#06x}): the directory is damaged: {RECOPY}"
+        )
+    if said != method:
+        raise FormatError(
+            f"{where}: unsupported zip compression method {method} in the zip directory, "
+            f"method {said} in its local header: the directory is damaged: {RECOPY}"
+        )
+    if locked:
+        raise UnsupportedFormError(
+            f"{where} is encrypted (a zip password), which headrace does not read: write "
+            "the file again without one (numpy.savez)"
+        )
+    if method not in _OTHER_METHODS:
+        raise FormatError(
+            f"{where}: unsupported zip compression method {method} "
             "(expected 0 stored or 8 deflated)"
         )
-    return view[start:end]
+    raise UnsupportedFormError(
+        f"{where}: unsupported zip compression method {method} ({_OTHER_METHODS[method]}), "
+        "which headrace does not read: write the file again stored (numpy.savez) or "
+        "deflated (numpy.savez_compressed)"
+    )
 
 
 def _member_bytes(
@@ -403,6 +447,7 @@ def _member_head(file: io.RawIOBase, info: zipfile.ZipInfo, where: str, want: in
         raise FormatError(f"{where}: corrupt: no local file header at byte {info.header_offset}")
     name_len, extra_len = struct.unpack_from("<HH", local, 26)
     _check_local_name(file.read(name_len) or b"", info, where)
+    _check_method(info, local, where)
     file.seek(info.header_offset + 30 + name_len + extra_len)
     if info.compress_type == zipfile.ZIP_STORED:
         return file.read(min(want, info.compress_size)) or b""
@@ -448,14 +493,7 @@ def npz_rows(file: io.RawIOBase, *, name: str, key: str | None) -> int:
             raise FormatError(f"{name}: no member(s) {[key]} in NPZ; it holds {sorted(infos)}")
         info = _member(infos, key)
         where = f"{name}: member {info.filename!r}"
-        if info.flag_bits & 0x1:
-            raise FormatError(f"{where} is encrypted")
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise FormatError(
-                f"{where}: unsupported zip compression method {info.compress_type} "
-                "(expected 0 stored or 8 deflated)"
-            )
-    payload = _member_head(file, info, where, 12)
+    payload = _member_head(file, info, where, 12)  # (its method checked there)
     _check_npy_member(memoryview(payload), name, info.filename, infos)
     end = _header_end(memoryview(payload))
     if end is not None and end > len(payload):

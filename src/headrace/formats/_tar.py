@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import count_fix
-from headrace.errors import DataError, FormatError
+from headrace.errors import DataError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._images import ImageMode, _empty_error, decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy
@@ -214,13 +214,15 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
             elif kind in (b"x", b"X"):  # "X": Solaris's PAX header (tarfile reads both)
                 pax = _pax(data, name, pos)
                 if any(k.startswith("GNU.sparse") for k in pax):
-                    raise FormatError(
+                    raise UnsupportedFormError(
                         f"{name}: the tar member at offset {pos} is sparse: {_SPARSE}"
                     )
             pos = step
             continue
         if kind == b"S":
-            raise FormatError(f"{name}: the tar member at offset {pos} is sparse: {_SPARSE}")
+            raise UnsupportedFormError(
+                f"{name}: the tar member at offset {pos} is sparse: {_SPARSE}"
+            )
         path = long_name or pax.get("path")
         if path is None:
             path = block[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
@@ -258,6 +260,7 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
     return out
 
 
+#: (Not damage: on_corrupt="replace" raises it, UnsupportedFormError.)
 _SPARSE = "sparse members are not read; write the shard again without --sparse (GNU tar -S)"
 
 

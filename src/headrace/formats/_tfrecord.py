@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.errors import DataError, FormatError
+from headrace.errors import DataError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._crc32c import crc32c_many
 
@@ -93,13 +93,14 @@ def _gzip_refusal(head: bytes, name: str) -> None:
         or int(mask(crc32c_many([np.frombuffer(head[:8], np.uint8)]))[0]) == stored
     ):
         return
+    # Not damage (its length's CRC is wrong): on_corrupt="replace" raises these.
     if gzipped:
-        raise FormatError(
+        raise UnsupportedFormError(
             f"{name}: is gzip-compressed (starts 1f 8b); TFRecord files are read "
             "uncompressed (their records are found by offset): gunzip it first"
         )
     if zlibbed:  # it read as a damaged length ("the header is damaged")
-        raise FormatError(
+        raise UnsupportedFormError(
             f"{name}: is zlib-compressed (starts {head[:2].hex(' ')}: TFRecordWriter's "
             'compression_type="ZLIB"); TFRecord files are read uncompressed (their records '
             "are found by offset): decompress it first (zlib.decompress), or write it "
@@ -333,7 +334,7 @@ def _feature(
             # labels: leaving it out reads the rest (only decode=False was offered).
             others = tuple(k for k in read if k != key)
             leave = f"leave it out with datasets={others!r}, or " if others else ""
-            raise DataError(
+            raise UnsupportedFormError(  # not damage: on_corrupt="replace" raises it
                 f"feature {key!r} is a bytes_list of {len(values)} values; one value is read "
                 "(as uint8): a sample's arrays must stack and digest by their bytes, which "
                 f"an object array of bytes does not. {leave}decode=False hands over each "
@@ -368,7 +369,9 @@ def _feature(
 def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, NDArray[Any]]:
     """The features (``keys`` of them, all where ``None``) of a serialized
     ``tf.train.Example``; :class:`FormatError` where it does not parse, a
-    :class:`DataError` naming a feature missing or of several bytes values."""
+    :class:`DataError` naming a feature missing, an :class:`UnsupportedFormError` (sound,
+    not read: ``on_corrupt="replace"`` raises it) for a feature of several bytes values
+    or a ``SequenceExample``."""
     try:
         spans: dict[str, list[tuple[int, int]]] = {}
         n = len(data)
@@ -377,11 +380,12 @@ def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, N
                 # A tf.train.SequenceExample: its context (field 1) is an Example's
                 # features, so skipped as an unknown field, its per-step feature_lists
                 # were dropped without a word (a batch of nothing but "index" where it
-                # has no context).
-                raise _Bad(
-                    "it is a tf.train.SequenceExample (its field 2 holds feature_lists, "
-                    "which an Example has not); headrace decodes Examples only: read the "
-                    "records' bytes with decode=False and parse them in a transform"
+                # has no context). Not damage: on_corrupt="replace" raises it.
+                raise UnsupportedFormError(
+                    "is not a tf.train.Example: it is a tf.train.SequenceExample (its field 2 "
+                    "holds feature_lists, which an Example has not); headrace decodes Examples "
+                    "only: read the records' bytes with decode=False and parse them in a "
+                    "transform"
                 )
             if number != 1:
                 continue

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._messages import RECOPY
-from headrace.errors import FormatError
+from headrace.errors import FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._exif import apply_orientation, exif_tiff, tiff_orientation
 from headrace.formats._images import (
@@ -100,7 +100,7 @@ def _frame(chunks: dict[bytes, memoryview], name: str) -> tuple[int, int, bool, 
         if len(x) < 10:
             raise FormatError(f"{name}: corrupt WebP: a VP8X chunk of {len(x)} bytes: {RECOPY}")
         if x[0] & _ANIMATION or b"ANIM" in chunks or b"ANMF" in chunks:
-            raise FormatError(
+            raise UnsupportedFormError(  # not damage: on_corrupt="replace" raises it
                 f"{name}: an animated WebP: its first frame alone would be a "
                 "silent truncation of the sample; headrace decodes still images only: "
                 "extract the frames you train on"
@@ -170,7 +170,7 @@ def decode_webp(
     image_mod = _pil(name)
     with _pil_errors(image_mod, name, "WebP"), _pil_open(image_mod, view, "WEBP") as img:
         if getattr(img, "n_frames", 1) != 1:  # pragma: no cover - refused by its headers
-            raise FormatError(f"{name}: an animated WebP ({img.n_frames} frames)")
+            raise UnsupportedFormError(f"{name}: an animated WebP ({img.n_frames} frames)")
         img.load()
         want = mode or ("RGBA" if "A" in img.mode else "RGB")
         if img.mode != want:

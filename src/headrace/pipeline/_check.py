@@ -168,7 +168,10 @@ def check(
     ``ConfigError``, a bug) are raised, not listed (a row longer than its width, a
     ``ConfigError`` that names its ``sample``, is listed), nor is a
     :class:`~headrace.errors.CodecUnavailableError` (an HDF5 filter plugin this process
-    has not loaded: every file it compresses would be listed as failed). Interrupted
+    has not loaded: every file it compresses would be listed as failed), nor a
+    ``samples_per_file`` that the files read contradict alike (two or more, each with the
+    same count on the leading axis, no sample read yet: a ``ConfigError`` naming their
+    count; a file of another count among files read well is listed). Interrupted
     (``KeyboardInterrupt``, or the ``SystemExit`` a SIGTERM handler raises), it raises
     that with what it found so far as the exception's ``report`` (``interrupted=True``):
     an hour's findings are not lost to a Ctrl-C.
@@ -222,6 +225,9 @@ def _check_parts(
         batch_size = _shard_batch(n, size, k)
         steps = -(-n // batch_size)
         first = len(report.problems)
+        # Files whose leading axis contradicted samples_per_file alike, while no sample of
+        # this part was read well; None once that is not so (a setting it cannot be).
+        alike: dict[str, tuple[int | None, int]] | None = {}
         with Loader(
             part,
             batch_size=batch_size,
@@ -235,6 +241,7 @@ def _check_parts(
             while ld.step + (i - ld.step) % k < steps:
                 try:
                     for batch in ld:
+                        alike = None  # a step read well: files of another count are damage
                         t = ld.step - 1
                         rows = step_done(t, n)
                         numbers = _file_order(part, seed, t * batch_size + np.arange(rows))
@@ -246,7 +253,9 @@ def _check_parts(
                     t = ld.step + (i - ld.step) % k
                     samples = np.arange(t * batch_size, min(n, (t + 1) * batch_size))
                     before = len(report.problems)
-                    good = _bisect(part, name, seed, samples, report.problems)
+                    errors: list[HeadraceError] = []
+                    good = _bisect(part, name, seed, samples, report.problems, errors)
+                    alike = None if good else _count_setting(part, errors, alike)
                     for read, batch in good:  # the halves read whole: their shapes count
                         numbers = _file_order(part, seed, read)
                         _tally_shapes(part, name, batch, len(read), numbers, report.shapes)
@@ -425,11 +434,16 @@ def _shard_samples(n: int, batch_size: int, i: int, k: int) -> int:
 
 
 def _bisect(
-    source: Any, name: str, seed: int, samples: NDArray[np.int64], out: list[Problem]
+    source: Any,
+    name: str,
+    seed: int,
+    samples: NDArray[np.int64],
+    out: list[Problem],
+    errors: list[HeadraceError],
 ) -> list[tuple[NDArray[np.int64], Any]]:
-    """Append a :class:`Problem` for each of ``samples`` whose read fails: the halves of
-    a failing read are read again, down to single samples. Returns the reads that
-    succeeded, ``(samples, batch)`` each, for their shapes."""
+    """Append a :class:`Problem` for each of ``samples`` whose read fails (and its error
+    to ``errors``): the halves of a failing read are read again, down to single samples.
+    Returns the reads that succeeded, ``(samples, batch)`` each, for their shapes."""
     try:
         return [(samples, source.read(seed, samples))]
     except HeadraceError as exc:
@@ -447,12 +461,44 @@ def _bisect(
                     said = said.replace(was, now, 1)
                     break
             out.append(Problem(name, number, type(exc).__name__, said))
+            errors.append(exc)
             return []
     half = len(samples) // 2
     return [
-        *_bisect(source, name, seed, samples[:half], out),
-        *_bisect(source, name, seed, samples[half:], out),
+        *_bisect(source, name, seed, samples[:half], out, errors),
+        *_bisect(source, name, seed, samples[half:], out, errors),
     ]
+
+
+def _count_setting(
+    source: Any,
+    errors: list[HeadraceError],
+    alike: dict[str, tuple[int | None, int]] | None,
+) -> dict[str, tuple[int | None, int]] | None:
+    """Add a failed step's files to ``alike`` (and return it) where each error refuses a
+    file's leading axis against a fixed ``samples_per_file``, the same length as the
+    others'; ``None`` where one does not. Raise a ``ConfigError`` once two files (or the
+    only one) did so: files of 256 checked with ``--samples-per-file 300`` listed every
+    sample of every file as a problem, bisected down to single samples, one file a line."""
+    if alike is None:
+        return None
+    for exc in errors:
+        leading = getattr(exc, "leading", None)  # (file, found, samples_per_file)
+        if leading is None or any(seen != leading[1:] for seen in alike.values()):
+            return None
+        alike[leading[0]] = leading[1:]
+    files = getattr(getattr(source, "plan", None), "num_files", 2)
+    if not alike or len(alike) < min(2, files):
+        return alike
+    (found, spf), named = next(iter(alike.values())), list(alike)
+    held = "" if found is None else f" hold {found:,} samples on the leading axis"
+    fix = "" if found is None else f"samples_per_file={found} or "
+    raise ConfigError(
+        f"samples_per_file={spf}, but the files{held or ' do not hold that many'} "
+        f"({', '.join(named[:2])}{f' and {len(named) - 2:,} more' if named[2:] else ''}), "
+        f"and no sample was read: give {fix}samples_per_file='header' (each file's count "
+        "read from its header)"
+    ) from errors[0]
 
 
 def _setting(exc: HeadraceError) -> bool:
