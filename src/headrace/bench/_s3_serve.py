@@ -37,7 +37,7 @@ from headrace.bench._upload import (
 from headrace.errors import ConfigError, DataError, HeadraceError, StorageError
 from headrace.io._file import url_typo
 
-__all__ = ["bench_s3", "endpoint_info", "split_s3_url", "upload"]
+__all__ = ["bench_s3", "endpoint_info", "refuse_foreign", "split_s3_url", "upload"]
 
 
 def split_s3_url(url: str, name: str = "--storage-url") -> tuple[str, str]:
@@ -93,7 +93,7 @@ def upload(
         files = [(os.path.basename(p), p) for p in paths]
         have = list_destination(store, [k for k, _ in files])
         if listed is not None:
-            _refuse_foreign(url, have, {k for k, _ in files}, listed, what)
+            refuse_foreign(url, have, {k for k, _ in files}, listed, what)
         return upload_files(store, files, digests=digests, progress=progress, have=have)
 
 
@@ -123,7 +123,7 @@ def _ensure_bucket(info: Any, bucket: str) -> None:
         ) from exc
 
 
-def _refuse_foreign(
+def refuse_foreign(
     url: str, have: dict[str, int], keys: set[str], listed: tuple[str, ...], what: str
 ) -> None:
     foreign = sorted(k for k in have if k not in keys and k.lower().endswith(listed or ("",)))

@@ -252,7 +252,7 @@ class Storage:
     def _upload_cloud(self, kind: Any, given: dict[str, Any]) -> dict[str, Any]:
         """Upload ``kind.files()`` to a gs:// or az:// ``storage_url`` (the bucket or
         container must exist: obstore cannot create one); the options that reach them."""
-        from headrace.bench._s3_serve import _refuse_foreign
+        from headrace.bench._s3_serve import refuse_foreign
         from headrace.io import ObjectStore
 
         options = dict(given)
@@ -266,7 +266,7 @@ class Storage:
             listed = kind.listed_extensions()
             if listed is not None:  # (as bench_s3: only where the readers list the prefix)
                 what = f"the dataset of workload {self._name!r}"
-                _refuse_foreign(self.url, have, {k for k, _ in files}, listed, what)
+                refuse_foreign(self.url, have, {k for k, _ in files}, listed, what)
             done = upload_files(store, files, digests=DigestCache.under(kind.root), have=have)
         self._said(done)
         return options
