@@ -392,6 +392,88 @@ def _plan(wl: Workload) -> str:
     return out
 
 
+#: The longest a --dlio run takes from its YAML's own length (compute alone) unasked:
+#: past it, --trials and --steps must both be given. megatron_deepspeed.yaml's 311,541
+#: epochs began a run of 262 days at --scale 0.001 (72,000 years at 1) without a word.
+LONG_RUN_S = 3600.0
+
+
+def _duration(s: float) -> str:
+    """``s`` seconds in plain words, whole units rounded down (a floor stays a floor;
+    under 10 s, two figures)."""
+    if s < 10:
+        return f"{s:.2g} s"
+    if s < 60:
+        return f"{int(s)} s"
+    m = int(s // 60)
+    if m < 60:
+        return f"{m} min" + (f" {int(s % 60)} s" if int(s % 60) else "")
+    h = m // 60
+    if h < 48:
+        return f"{h} h" + (f" {m % 60} min" if m % 60 else "")
+    if h < 2 * 8766:
+        return f"{h // 24:,} days"
+    return f"{h // 8766:,} years"
+
+
+def _length(wl: Workload, auto: bool = False) -> str | None:
+    """How long the run takes at the least, said before it starts: the compute alone,
+    with its sums (the plan's step counts left a reader to multiply 84,116,070 steps by
+    0.0899 s, and by the variants)."""
+    t = wl.train
+    if t.computation_time <= 0:
+        return None
+    trials = f"{t.trials:,} trial{'' if t.trials == 1 else 's'}"
+    out = (
+        f"takes at least {_duration(wl.compute_s)}: the compute alone, "
+        f"{len(wl.variants)} variants x {trials} x {t.steps:,} steps x "
+        f"{t.computation_time:g} s (the reads come on top)"
+    )
+    if auto:
+        out += "; --accelerators auto's search adds about as long again for each count it tries"
+    if wl.compute_s > LONG_RUN_S:
+        out += "; --trials N and --steps N shorten it"
+    return out
+
+
+def _refuse_long_dlio(wl: Workload, args: argparse.Namespace) -> None:
+    """Refuse a --dlio run whose YAML's own length (trials from ``train.epochs``, steps an
+    epoch) takes past :data:`LONG_RUN_S` of compute alone, unless ``--trials`` and
+    ``--steps`` are both given. DLIO runs what its YAML says, on the cluster the YAML
+    describes; here one host sleeps every step of every variant, and a storage engineer
+    typing the documented command would wait days for a report. Refused, not capped: a
+    cap would report an AU over fewer epochs than the YAML's under its name, and the
+    message costs one command (nothing is written yet)."""
+    t = wl.train
+    if not wl.description.startswith("DLIO ") or wl.compute_s <= LONG_RUN_S:
+        return
+    if args.trials is not None and args.steps is not None:
+        return
+    per_step = len(wl.variants) * t.computation_time
+    if t.steps * per_step <= LONG_RUN_S:
+        k = int(LONG_RUN_S // (t.steps * per_step))
+        shorter = (
+            f"--trials {k} ({k:,} trials of {t.steps:,} steps: at least "
+            f"{_duration(k * t.steps * per_step)})"
+        )
+    else:
+        k = min(t.trials, 3)
+        s = max(2, int(LONG_RUN_S // (k * per_step)))
+        shorter = (
+            f"--trials {k} --steps {s} (at least {_duration(k * s * per_step)}; a smaller "
+            "--record-scale shortens the compute with the records)"
+        )
+    raise ConfigError(
+        f"{wl.source}: {t.trials:,} trials "
+        f"({'--trials' if args.trials is not None else 'train.epochs'}) x {t.steps:,} steps "
+        f"({'--steps' if args.steps is not None else 'an epoch each'}) x "
+        f"{len(wl.variants)} variants take at least {_duration(wl.compute_s)} at the compute "
+        f"time alone ({t.computation_time:g} s a step), past the {_duration(LONG_RUN_S)} a "
+        f"--dlio run takes from its YAML unasked: give {shorter}, or a smaller --scale; "
+        f"--trials {t.trials} --steps {t.steps} runs this length as it is"
+    )
+
+
 def list_workloads(root: str, kinds: list[Kind], accelerators: int = 1) -> int:
     """The built-in workloads, or ``kinds``: those ``-w``/``--dlio`` name (:func:`check`),
     with the demand of ``accelerators`` (``--list --accelerators 8`` gave one's alone,
@@ -401,6 +483,11 @@ def list_workloads(root: str, kinds: list[Kind], accelerators: int = 1) -> int:
     if kinds:
         for kind in kinds:
             _list_one(kind.workload.name, kind.workload, _demand(kind, accelerators))
+            # The plan alone, with how long it takes: --list runs nothing.
+            print(f"{'':10s} {_plan(kind.workload)}")
+            length = _length(kind.workload)
+            if length is not None:
+                print(f"{'':10s} {length}")
         return 0
     for name, wl in builtin_workloads().items():
         try:
@@ -688,6 +775,7 @@ def check(args: argparse.Namespace) -> list[Kind]:
     for kind in kinds:
         with naming(kind.workload):
             kind.check_run()
+        _refuse_long_dlio(kind.workload, args)
     return kinds
 
 
@@ -759,6 +847,9 @@ def run(args: argparse.Namespace) -> int:
     for kind in kinds:
         print(f"{kind.workload.name}: {_demand(kind, n_acc)}", file=sys.stderr)
         print(f"{kind.workload.name}: {_plan(kind.workload)}", file=sys.stderr)
+        length = _length(kind.workload, auto)
+        if length is not None:
+            print(f"{kind.workload.name}: {length}", file=sys.stderr)
         said = _per_request(kind, args.record_scale or 1.0, slowfs)
         if said is not None:
             per_request[kind.workload.name] = said

@@ -345,6 +345,15 @@ class Workload:
         """How messages name the workload: its file, else its name."""
         return self.source or f"workload {self.name!r}"
 
+    @property
+    def compute_s(self) -> float:
+        """Seconds of simulated compute a run of this workload sleeps at the least: each
+        variant's trials x steps x ``computation_time`` (the AU column's pass), one variant
+        after another. A floor on its length known before it starts: the reads, which
+        depend on the storage, come on top."""
+        t = self.train
+        return len(self.variants) * t.trials * t.steps * t.computation_time
+
     def replace(self, **changes: Any) -> Workload:
         """A copy with top-level fields, or ``dataset``/``reader``/``train`` keys, changed."""
         for section in ("dataset", "reader"):
