@@ -423,10 +423,11 @@ def _length(wl: Workload, auto: bool = False) -> str | None:
     t = wl.train
     if t.computation_time <= 0:
         return None
+    n = len(wl.variants)
     trials = f"{t.trials:,} trial{'' if t.trials == 1 else 's'}"
     out = (
         f"takes at least {_duration(wl.compute_s)}: the compute alone, "
-        f"{len(wl.variants)} variants x {trials} x {t.steps:,} steps x "
+        f"{n} variant{'' if n == 1 else 's'} x {trials} x {t.steps:,} steps x "
         f"{t.computation_time:g} s (the reads come on top)"
     )
     if auto:
