@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from azutil import CONTAINER as AZ_CONTAINER
 from gcsutil import BUCKET as GCS_BUCKET
+from httputil import serve
 
 from headrace._store_option import store_options
 from headrace.bench._upload import DIGEST_KEY, digest_key_of, upload_files
@@ -33,56 +30,10 @@ from headrace.io._object_open import AZURITE_ACCOUNT, AZURITE_KEY
 pytestmark = pytest.mark.integration
 
 
-class _Static(BaseHTTPRequestHandler):
-    """A folder over HTTP/1.1 with HEAD and Range, as nginx serves one: no listing."""
-
-    protocol_version = "HTTP/1.1"
-    root = Path()
-
-    def _answer(self, body: bool) -> None:
-        path = self.root / unquote(self.path.lstrip("/"))
-        if not path.is_file():
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        data = path.read_bytes()
-        status, first, last = 200, 0, len(data) - 1
-        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-        if m:
-            status, first = 206, int(m.group(1))
-            last = min(int(m.group(2) or last), last)
-        self.send_response(status)
-        self.send_header("ETag", f'"{path.stat().st_mtime_ns:x}-{len(data):x}"')
-        if m:
-            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
-        self.send_header("Content-Length", str(last + 1 - first))
-        self.end_headers()
-        if body:
-            self.wfile.write(data[first : last + 1])
-
-    def do_GET(self) -> None:
-        self._answer(body=True)
-
-    def do_HEAD(self) -> None:
-        self._answer(body=False)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def http_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    handler = type("Handler", (_Static,), {"root": tmp_path})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", tmp_path
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serve(tmp_path) as url:
+        yield url, tmp_path
 
 
 _NO_HTTP_GLOB = r"a glob pattern cannot be expanded over http\(s\).*pass the list of URLs"
