@@ -3,14 +3,24 @@
     headrace cache /nvme/headrace-cache                  # entries, bytes, free space
     headrace cache /nvme/headrace-cache --prune-days 7   # remove entries unused 7 days
     headrace cache /nvme/headrace-cache --clear          # remove every entry
+    headrace cache /nvme/headrace-cache --verify         # check every entry's checksum
 
 "Unused" goes by the filesystem's access times (``relatime``, the Linux
 default, updates them at most daily, which is enough for days; on a
 ``noatime`` mount an entry's last use is when it was written). Pruning is safe
 beside running jobs: a reader that has an entry open reads it to the end, one
 that has not finds none and reads the store. Only the cache's own files are
-removed (named as it names them, each entry ending in its trailer): a directory
-given by mistake keeps its files, which the report counts as not the cache's.
+removed (named as it names them, each entry ending in its trailer), and the folders
+that removing them left empty: a directory given by mistake keeps its files and
+folders, which the report counts as not the cache's.
+
+``--verify`` reads every entry whole and checks it against the CRC-32 in its trailer
+(started from its name: an intact entry under another's name fails too), as a
+loader's first read of it in a process does; a damaged one is named and removed (its
+object is read from the store again), and the exit status is 1. It checks the entries
+against what was written, not against their objects in the store: an entry is named
+by a hash of its object's URL, size and ETag, which it does not hold, so it cannot be
+traced to its object (nor be stale: a replaced object has a new ETag, new entries).
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ import math
 import os
 import sys
 import time
-from contextlib import nullcontext, redirect_stdout
+import zlib
+from contextlib import nullcontext, redirect_stdout, suppress
 from typing import Any
 
 from headrace._messages import byte_size, write_json
@@ -28,6 +39,8 @@ from headrace._messages import said as _said
 from headrace._output_path import check_output_path
 from headrace.errors import ConfigError, StorageError
 from headrace.io import ObjectCache
+from headrace.io._cache import CHECK_PIECE
+from headrace.io._cache_files import _NOATIME, MAGIC, MAGIC_V1, TRAILER, name_seed, scan
 
 __all__ = ["configure", "run"]
 
@@ -42,6 +55,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="remove the entries not read or written for DAYS days",
     )
     what.add_argument("--clear", action="store_true", help="remove every entry")
+    what.add_argument(
+        "--verify",
+        action="store_true",
+        help="read every entry and check its checksum; remove (and name) the damaged ones, "
+        "exit status 1 if any",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the summary as JSON (- for stdout)")
 
 
@@ -76,11 +95,81 @@ def run(args: argparse.Namespace) -> int:
                 raise StorageError(exc.errno, text) from None
             report["removed_entries"], report["removed_bytes"] = removed, freed
             print(f"removed {removed:,} entries, {byte_size(freed)}")
+        if args.verify:
+            report.update(_verify(cache))
         report.update(cache.summary())
         _print(report)
     if args.json:
         write_json(args.json, report)
-    return 0
+    return 1 if report.get("damaged_entries") else 0
+
+
+def _verify(cache: ObjectCache) -> dict[str, Any]:
+    """Check every entry against its trailer; remove the damaged (as a read does)."""
+    good = size = 0
+    damaged: list[str] = []
+    for path, st, kind in scan(cache.directory):
+        if st is None or kind != "entry":
+            continue
+        why = _damage(path, st)
+        if why == "":
+            continue  # no trailer: not the cache's (a git object), or gone meanwhile
+        size += st.st_size
+        if why is None:
+            good += 1
+            continue
+        failed = cache._space.remove(path, (st.st_dev, st.st_ino))
+        done = "removed" if failed is None else f"NOT removed ({failed.strerror or failed})"
+        if failed is None:
+            with suppress(OSError):  # its folder, if that left it empty (as a prune)
+                os.rmdir(os.path.dirname(path))
+        print(f"damaged: {path}: {why}; {done}")
+        damaged.append(path)
+    said = "all as written" if not damaged else f"{len(damaged):,} damaged (named above)"
+    print(f"checked {good + len(damaged):,} entries ({byte_size(size)}): {said}")
+    if damaged:
+        print(
+            "their objects are read from the store again when next asked; a disk that "
+            "changes or loses written bytes: check it (dmesg, smartctl)"
+        )
+    return {"verified_entries": good, "damaged_entries": len(damaged), "damaged": damaged}
+
+
+def _damage(path: str, st: os.stat_result) -> str | None:
+    """What is wrong with entry ``path`` (``None``: nothing; ``""``: not an entry)."""
+    if st.st_size < TRAILER.size:  # (empty: a crash's entry, written, never flushed)
+        return "empty (written, never flushed)" if not st.st_size else ""
+    try:
+        # O_NOATIME where allowed (the file's owner): a check is not a use (--prune-days).
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOATIME)
+        except PermissionError:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    try:
+        n = st.st_size - TRAILER.size
+        magic, kept, length = TRAILER.unpack(os.pread(fd, TRAILER.size, n))
+        if magic not in (MAGIC, MAGIC_V1) or length != n:
+            # No trailer: a file named as an entry that is not the cache's (a git
+            # object), left alone as a prune leaves it (counted as not the cache's).
+            return ""
+        if magic == MAGIC_V1:
+            return "the format of an earlier headrace (its checksum is not bound to its name)"
+        crc, at = name_seed(path), 0
+        while at < n:
+            piece = os.pread(fd, min(CHECK_PIECE, n - at), at)
+            if not piece:
+                return f"{at:,} bytes, its trailer says {n:,} (cut short)"
+            crc = zlib.crc32(piece, crc)
+            at += len(piece)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
+    return None if crc == kept else "bytes that are not what was written (checksum)"
 
 
 def _print(s: dict[str, Any]) -> None:

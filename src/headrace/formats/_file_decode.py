@@ -20,7 +20,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import byte_size
+from headrace._warn import warn_user
 from headrace.errors import ConfigError, DataError, FormatError, UnsupportedFormError
+from headrace.formats import _npz as npz
 from headrace.formats._file_config import FileSourceConfig
 from headrace.formats._file_plan import FilePlan
 from headrace.formats._file_samples import Sample, decode_file, pick_item, tag_count
@@ -74,6 +77,8 @@ class FileDecoder:
     _kept: int | None = field(default=None, init=False)
     # The kept file's deflated NPZ members read by rows, inflated (see Inflated).
     _inflated: tuple[int, Inflated] | None = field(default=None, init=False)
+    # Under shuffle="samples", every file's (see Inflated).
+    _all_inflated: Inflated | None = field(default=None, init=False)
     # The keys of the first file decoded (name, keys): every file must hold the same.
     _keys: tuple[str, list[str]] | None = field(default=None, init=False)
     _keys_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -337,7 +342,12 @@ class FileDecoder:
         # and not kept (at most one file's between reads).
         inflated = dict([self._inflated]) if self._inflated is not None else {}
         self._inflated = None
-        if keep is not None and rows is not None and self.format.name == "npz":
+        if rows is not None and self.format.name == "npz" and self.config.shuffle == "samples":
+            # A few rows of most files a read, all epoch long: every file's kept (bounded).
+            if self._all_inflated is None:
+                self._all_inflated = Inflated(_inflated_again)
+            inflated = dict.fromkeys(order, self._all_inflated)
+        elif keep is not None and rows is not None and self.format.name == "npz":
             self._inflated = (keep, inflated.setdefault(keep, Inflated()))
 
         def done(f: int, data: Any = None) -> None:
@@ -418,6 +428,21 @@ class FileDecoder:
             self._pool = None
         self._kept = None
         self._inflated = None
+        self._all_inflated = None
+
+
+def _inflated_again(name: str) -> None:
+    """Said once a source, when deflated NPZ members read under ``shuffle="samples"``
+    outgrow what is kept inflated (:class:`Inflated`)."""
+    warn_user(
+        f"{name}: the deflated NPZ members (np.savez_compressed) read under "
+        f'shuffle="samples" inflate to more than the {byte_size(npz.KEPT_INFLATED)} kept '
+        "inflated (a source, in each process): members let go are inflated whole again by "
+        "later reads of their rows (up to once a read: an epoch of a file of N samples "
+        "inflates its members up to N times). Write the files with np.savez (stored: "
+        'rows read without inflating), or read them with shuffle="files" (a file\'s rows '
+        "in runs: inflated about once an epoch)"
+    )
 
 
 def _prune(running: list[Future[Any]]) -> None:

@@ -749,9 +749,8 @@ class ObjectCache:
         tmp = f"{path}{TMP}{CLAIM if claim else f'{os.getpid()}-{secrets.token_hex(4)}'}"
         created = False
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                fd = _create(tmp)
             except FileExistsError:
                 if not claim:
                     raise
@@ -925,6 +924,18 @@ class ObjectCache:
                 return
             self._warned.add(key)
         warn_user(message, RuntimeWarning)
+
+
+def _create(tmp: str) -> int:
+    """A writer's temporary, created (with its folder): again where a prune removed the
+    folder it emptied between the two (a write beside ``headrace cache --clear`` failed)."""
+    for _ in range(2):
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            continue
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
 
 
 def _touched(spans: list[tuple[int, int]], block: int) -> list[int]:

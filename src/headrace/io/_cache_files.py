@@ -189,16 +189,19 @@ def remove_unused(
     directory: str, unused_s: float
 ) -> tuple[int, int, int, tuple[str, OSError] | None]:
     """Remove the entries not read or written for ``unused_s`` seconds and dead writers'
-    temporaries: ``(removed, bytes freed, not removable, the first failure)``."""
+    temporaries: ``(removed, bytes freed, not removable, the first failure)``. A folder
+    left empty by them goes too (until 2026-12-07 a clear left all 256); one that holds
+    anything else stays, and so does one nothing was removed from (a user's, say)."""
     now = time.time()
     removed = freed = failed = 0
     first: tuple[str, OSError] | None = None
+    emptied: set[str] = set()
     for path, st, kind in scan(directory):
         if st is None:
             continue
         if kind == "tmp":
-            if _dead(path, st, now):
-                unlink(path)
+            if _dead(path, st, now) and unlink(path):
+                emptied.add(os.path.dirname(path))
             continue
         # 0 (a clear): every entry, those whose times are ahead of the clock too (an NFS
         # server's clock ahead of this machine's, a clock set back since), which were kept.
@@ -215,6 +218,12 @@ def remove_unused(
             continue
         removed += 1
         freed += disk_bytes(st)
+        emptied.add(os.path.dirname(path))
+    for folder in emptied:
+        try:
+            os.rmdir(folder)  # (only if empty: a writer's temporary since keeps it)
+        except OSError:
+            pass
     return removed, freed, failed, first
 
 
