@@ -41,6 +41,7 @@ _FILE_FORMATS = (
     "jpg",
     "png",
     "webp",
+    "image",
     "npy",
     "npz",
     "hdf5",

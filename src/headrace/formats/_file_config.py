@@ -74,7 +74,9 @@ OnCorrupt = Literal["raise", "replace"]
 class FileSourceConfig:
     """How a :class:`FileSource` reads.
 
-    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``hdf5``, ``tar`` (WebDataset
+    ``format``: ``npy``, ``npz``, ``jpeg``, ``png``, ``webp``, ``image`` (JPEG, PNG and
+    WebP files together, an ``ImageFolder`` tree: each to RGB, or ``image_mode``, as
+    torchvision's loader converts them), ``hdf5``, ``tar`` (WebDataset
     shards: a sample is a key's members, ``{field: value}``), ``tfrecord``,
     ``array_record`` (Grain's ArrayRecord files, read as TFRecord's) or ``raw``.
     ``samples_per_file``: samples per file, on a leading axis (NPY, NPZ, HDF5);
@@ -203,7 +205,7 @@ class FileSourceConfig:
             raise ConfigError(
                 f"exif_transpose must be True or False (got {self.exif_transpose!r})."
             )
-        if self.exif_transpose and fmt.name not in ("jpeg", "webp"):
+        if self.exif_transpose and fmt.name not in ("jpeg", "webp", "image"):
             raise ConfigError(
                 f"exif_transpose turns JPEGs and WebPs upright; {fmt.name} files are read as "
                 "stored (got exif_transpose=True): leave it out."

@@ -101,6 +101,7 @@ def file_classes(
     labels: Labels,
     classes: tuple[str, ...] | None,
     folders: Sequence[str] = (),
+    other: str = "",
 ) -> tuple[tuple[str, ...], NDArray[np.int32]]:
     """The class names and each file's class number. ``keys``: the files' names relative
     to the folder or prefix ``where`` (``rooted``), else as listed (full names, whose
@@ -108,7 +109,8 @@ def file_classes(
     ``classes``: the names in number order (``None``: sorted). ``folders``: the folders
     in ``where`` (a local folder's, or those an object store's listing shows): one that
     holds no file is refused with ``labels="folders"`` and no ``classes``, as
-    ``ImageFolder`` refuses it."""
+    ``ImageFolder`` refuses it; ``other``: what the listing said of the files of another
+    format it left out (their folder may be one of those)."""
     place = where or "the list of files"
     # The keys are read once (a packed name is decoded each time it is read: 0.3 s for
     # ImageNet's 1.28M), and only the class names after that.
@@ -152,6 +154,7 @@ def file_classes(
             + ", so the classes after them would be numbered otherwise than where they "
             "hold files (another split, a copy on object storage): remove it (them), or "
             "give classes=[...] (e.g. classes=train.classes) to number the classes yourself"
+            + (f"; the listing {other}" if other else "")
         )
     if classes is None and labels == "folders" and rooted and len(found) == 1:
         _tell_one_class(keys, where, next(iter(found)))

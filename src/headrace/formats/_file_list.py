@@ -577,9 +577,29 @@ class _Matched:
     def __init__(self, given: set[str], patterns: list[str]) -> None:
         self.given = given
         self.patterns = patterns
+        #: files the patterns miss only by their extension's case, and what to say of them
+        self.missed = 0
+        self.missed_said = ""
 
     def __contains__(self, path: object) -> bool:
         return bool(self.patterns) and path not in self.given
+
+
+def _case_glob(pattern: str) -> tuple[list[str], list[str]]:
+    """``glob.glob(pattern, recursive=True)``, and the names it misses only by the case of
+    an extension its last part ends in (``*.jpg``: ``x.JPG``), from one walk: a glob of
+    the extension in either case (``*.[jJ][pP][gG]``), its matches that end as written
+    being the pattern's own (the part before the extension is the same pattern)."""
+    head, last = os.path.split(pattern)
+    stem, dot, ext = last.rpartition(".")
+    if not dot or not ext.isalnum() or ext.lower() == ext.upper():  # no letters to case
+        return glob.glob(pattern, recursive=True), []
+    either = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in ext)
+    found: list[str] = []
+    missed: list[str] = []
+    for p in glob.glob(os.path.join(head, f"{stem}.{either}"), recursive=True):
+        (found if p.endswith(f".{ext}") else missed).append(p)
+    return found, missed
 
 
 def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matched]:
@@ -591,6 +611,7 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
     out: list[str] = []
     given: set[str] = set()
     patterns: list[str] = []
+    missed: list[tuple[str, str]] = []  # (pattern, a file it missed by case)
     for p in files:
         text = os.fspath(p)
         pattern = local_pattern(text)
@@ -599,14 +620,30 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
             given.add(text)
             continue
         with in_flight.Waiting("list", pattern):
-            found = glob.glob(pattern, recursive=True)
+            found, by_case = _case_glob(pattern)
         if not found:
             raise _no_match(text)
         if "**" in pattern:
             refuse_glob_cycles(text, found)
         out += found
         patterns.append(text)
-    return out, _Matched(given, patterns)
+        missed += [(text, m) for m in sorted(by_case)]
+    matched = _Matched(given, patterns)
+    if missed:
+        # A folder's listing (and ImageFolder) take .JPG as .jpg; a glob does not: a class
+        # of .JPG files alone went unnumbered, and the classes after it shifted, unsaid.
+        pattern, example = missed[0]
+        ext = os.path.splitext(pattern)[1][1:]
+        either = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in ext)
+        matched.missed = len(missed)
+        matched.missed_said = (
+            f"left out {len(missed):,} file(s) that the glob pattern {pattern} misses only "
+            f"by the case of its extension (e.g. {example!r}): a glob matches case by case, "
+            f"where a folder's listing (and torchvision's ImageFolder) reads .{ext.upper()} "
+            f"as .{ext.lower()}; to read them too, write the extension as .{either}, or give "
+            "the folder"
+        )
+    return out, matched
 
 
 #: keys, sizes, ETags: a worker copy's are a FileList's (packed), a listing's lists
@@ -812,10 +849,10 @@ def list_files(
         hidden_example=walked.hidden_example if walked else None,
         special=walked.special if walked else 0,
         special_example=walked.special_example if walked else None,
-        other=walked.other if walked else 0,
+        other=walked.other if walked else matched.missed,
         other_said=(
             _other_said(walked.other, walked.other_example, extensions)
             if walked and walked.other_example
-            else ""
+            else matched.missed_said
         ),
     )

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -161,6 +162,11 @@ class FileSource(Closing):
     ) -> None:
         self._args = (files, config, dict(store_options or {}))
         self.config = config
+        # What this source's parts call back through: not ``self``, whose bound methods and
+        # closures held there made a reference cycle, so a source dropped without close()
+        # (its loader's too) kept its fetch and decode threads until the cyclic collector
+        # ran, never under gc.disable() (18 threads a source, without bound).
+        me = weakref.proxy(self)
         self.format: FileFormat = file_format(config.format)
         cache = open_cache(config.cache_dir, config.cache_bytes)
         self.files: FileList = self._list(listing, cache, listed_at)
@@ -176,7 +182,7 @@ class FileSource(Closing):
                 self.files.close()
                 raise
         if self.files.hidden or self.files.special or self.files.other:  # said, not only in a repr
-            log.warning("%s: %s", self.files.url, self.files.skipped())
+            log.warning("%s: %s", self.files.url or "a list of paths", self.files.skipped())
         self._far: bool | None = None  # each read a round trip (see _round_trips)
         spf = config.samples_per_file
         #: What reading the files' headers cost (``samples_per_file="header"``; else None).
@@ -246,7 +252,7 @@ class FileSource(Closing):
             self._warn_held()
         self._by_rows = by_rows(
             config,
-            lambda: self.files,
+            lambda: me.files,
             self.in_flight,
             self._rows_above,
             heads,
@@ -261,14 +267,14 @@ class FileSource(Closing):
         self._ranged = (
             None
             if above is None
-            else RangedHdf5(lambda: self.files, config.datasets or (), self.in_flight, above)
+            else RangedHdf5(lambda: me.files, config.datasets or (), self.in_flight, above)
         )
         # The samples asked of each file planned (HDF5 by ranges: what its fetch reads).
         self._wanted: dict[int, NDArray[np.int64]] = {}
         depth = 1 if config.mode == "map-style" else self.in_flight
         # Through the source, not bound to this listing's store: close() closes that
         # store, and the next read opens another (see reopen).
-        self.window = FetchWindow(self._fetch_file, depth)
+        self.window = FetchWindow(lambda f: me._fetch_file(f), depth)
         threads = config.decode_threads
         self.decode_threads = default_decode_threads() if threads is None else threads
         self.decoder = FileDecoder(
@@ -276,12 +282,12 @@ class FileSource(Closing):
             format=self.format,
             plan=self.plan,
             window=self.window,
-            name=lambda f: self.files.name(f),
+            name=lambda f: me.files.name(f),
             counted=self.counted,
             rows=self._rows,
             threads=self.decode_threads,
             tar_indexes=self._indexes,
-            fetch=lambda f: self.files.fetch(f),  # (through the source: see reopen)
+            fetch=lambda f: me.files.fetch(f),  # (through the source: see reopen)
         )
         self._prefetched: set[int] = set()
         self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
@@ -363,8 +369,11 @@ class FileSource(Closing):
             "datasets": list(c.datasets or ()),
         }
         # Only where it changes the pixels: states saved before image_mode existed (and
-        # so with the format's own pixels) still load, and a JPEG's "RGB" is its default.
-        if c.image_mode is not None and (self.format.name, c.image_mode) != ("jpeg", "RGB"):
+        # so with the format's own pixels) still load, and "RGB" is a JPEG's default (and
+        # format="image"'s).
+        if c.image_mode is not None and not (
+            self.format.name in ("jpeg", "image") and c.image_mode == "RGB"
+        ):
             out["image_mode"] = c.image_mode
         if c.exif_transpose:  # turned pixels: not the data a run without it read
             out["exif_transpose"] = True
@@ -626,7 +635,13 @@ class FileSource(Closing):
         labels = cast("str | dict[str, str]", c.labels)  # (a mapping kept as a dict)
         classes = cast("tuple[str, ...] | None", c.classes)  # (a list kept as a tuple)
         return file_classes(
-            keys, rooted=f.rooted, where=f.url, labels=labels, classes=classes, folders=f.folders
+            keys,
+            rooted=f.rooted,
+            where=f.url,
+            labels=labels,
+            classes=classes,
+            folders=f.folders,
+            other=f.other_said,
         )
 
     def labelled(self, batch: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:

@@ -466,6 +466,10 @@ def other_formats(extensions: tuple[str, ...], known: Iterable[str]) -> tuple[st
     return out + GZIPPED_TAR if ".tar" in extensions else out
 
 
+#: The formats ``format="image"`` reads together.
+_IMAGES = ("jpeg", "png", "webp")
+
+
 def other_skipped(
     count: int, example: str | None, extensions: Sequence[str], fmt: str | None
 ) -> str:
@@ -477,11 +481,18 @@ def other_skipped(
             "gzip-compressed tar shard, whose members' offsets, which reads by samples use, "
             "the compression hides): gunzip such shards once to read their samples too"
         )
-    return (
+    said = (
         f"left out {count:,} file(s) of another format (e.g. {example!r}): this source reads "
-        f"the files ending in {list(extensions)}; read the others with a FileSource of "
-        f"their own (format={fmt!r})"
+        f"the files ending in {list(extensions)}; "
     )
+    if fmt in _IMAGES and set(extensions) & {".jpeg", ".png", ".webp"}:
+        # Images of another format beside these (a class tree as ImageFolder reads it): a
+        # source of their own would number its classes apart.
+        return said + (
+            "to read them with these (as torchvision's ImageFolder does, to RGB), pass "
+            f"format='image', or read them with a FileSource of their own (format={fmt!r})"
+        )
+    return said + f"read the others with a FileSource of their own (format={fmt!r})"
 
 
 def suffixes(names: Iterable[str]) -> Counter[str]:

@@ -15,6 +15,8 @@ npz        ``{member: array}``; leading sample axis per member if several
 jpeg       ``(H, W, 3)`` ``uint8`` RGB (``mode=``: as Pillow's ``convert(mode)``)
 png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit files stay ``uint16``)
            (``mode=``: as Pillow's ``convert(mode)``)
+image      JPEG, PNG and WebP files (a class tree as torchvision's ``ImageFolder``
+           reads it), each by its bytes as ``jpeg`` decodes them: RGB, or ``mode=``
 hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
 tar        ``{field: object array}``: a WebDataset shard, one decoded array a sample
 tfrecord   ``{feature: array}``, a 1-D ``object`` array of one array a record
@@ -119,6 +121,14 @@ def _encode_webp(arrays: Arrays, *, quality: int | None = None) -> bytes:
     return encode_webp(_one(arrays, "webp"), quality=quality)
 
 
+def _refuse_image(*_: Any, **__: Any) -> bytes:
+    """``image`` names the files a reader lists, not one encoding to write."""
+    raise ConfigError(
+        "format='image' reads JPEG, PNG and WebP files together; to write one, name its "
+        "encoding: format='jpeg', format='png' or format='webp'"
+    )
+
+
 def _encode_hdf5(arrays: Arrays, *, chunks: bool = False, compression: str | None = None) -> bytes:
     return encode_hdf5(_many(arrays), chunks=chunks, compression=compression)
 
@@ -169,6 +179,16 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             zero_copy=False,
         ),
         FileFormat(
+            # An ImageFolder tree: photos beside PNG and WebP files, in one class folder or
+            # another. Each is decoded by its bytes (decode_jpeg reads PNG and WebP too)
+            # to RGB or image_mode, as ImageFolder's loader converts them.
+            name="image",
+            extensions=(".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".webp"),
+            decoder=decode_jpeg,
+            encoder=_refuse_image,
+            zero_copy=False,
+        ),
+        FileFormat(
             name="hdf5",
             extensions=(".hdf5", ".h5"),
             decoder=decode_hdf5,
@@ -199,7 +219,8 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
     )
 }
 _ALIASES = {"jpg": "jpeg", "h5": "hdf5", "arrayrecord": "array_record"}
-_BY_EXT = {ext: f for f in FILE_FORMATS.values() for ext in f.extensions}
+# An extension's own format: "image" lists the image formats' extensions together.
+_BY_EXT = {ext: f for f in FILE_FORMATS.values() if f.name != "image" for ext in f.extensions}
 
 
 def file_format(fmt: str | FileFormat) -> FileFormat:

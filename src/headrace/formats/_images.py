@@ -77,8 +77,9 @@ __all__ = [
     "png_layout",
 ]
 
-#: FileSource's formats of one image a file, decoded to ``image``.
-IMAGE_FORMATS = ("jpeg", "png", "webp")
+#: FileSource's formats of one image a file, decoded to ``image`` (``"image"``: JPEG,
+#: PNG and WebP files listed together, each decoded as a JPEG's schema says).
+IMAGE_FORMATS = ("jpeg", "png", "webp", "image")
 #: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
 ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
 IMAGE_MODES: tuple[ImageMode, ...] = get_args(ImageMode)
