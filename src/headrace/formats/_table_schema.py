@@ -814,15 +814,31 @@ def class_label_names(schema: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def schema_difference(schema: Any, first: Any) -> str:
-    """The first difference between two schemas as read (:func:`_loose`), in words."""
-    if schema.names != first.names:
-        extra = [n for n in schema.names if n not in first.names]
-        gone = [n for n in first.names if n not in schema.names]
-        return f"columns {extra} not in the first file, {gone} missing"
+def schema_difference(schema: Any, first: Any, stored: Any = None, stored_first: Any = None) -> str:
+    """The first difference between two schemas as read (:func:`_loose`), in words,
+    with the types as the files store them (``stored``, ``stored_first``: the schemas
+    before :func:`_loose`, whose types drop the offsets' width: a ``large_list<int64>``
+    was said as "list<item: int64>"). A column one file has and the other lacks is said
+    as which: until 2026-12-07 "columns [] not in the first file, ['score'] missing"."""
+
+    def shown(loose: Any, raw: Any, name: str) -> Any:
+        s = raw if raw is not None and raw.get_field_index(name) >= 0 else loose
+        return s.field(name).type
+
+    def listed(names: list[str]) -> str:
+        return f"column {names[0]!r}" if len(names) == 1 else f"columns {names}"
+
+    if gone := [n for n in first.names if n not in schema.names]:
+        if len(gone) > 1:
+            return f"it lacks {listed(gone)}, which the first file has"
+        return f"it lacks {listed(gone)} ({shown(first, stored_first, gone[0])} in the first file)"
+    if extra := [n for n in schema.names if n not in first.names]:
+        what = f" ({shown(schema, stored, extra[0])})" if len(extra) == 1 else ""
+        return f"it has {listed(extra)}{what}, which the first file lacks"
     for a, b in zip(schema, first, strict=True):
         if not a.type.equals(b.type):
-            return f"column {a.name!r} is {a.type} here, {b.type} there"
+            here, there = shown(schema, stored, a.name), shown(first, stored_first, b.name)
+            return f"column {a.name!r} is {here} here, {there} there"
     return "field metadata"
 
 
@@ -974,8 +990,13 @@ def columns_read(
             continue
         if not (found := _loose(pa, read(p.schema))).equals(expected):
             hint = "" if columns is not None else " (columns=[...] leaves the others out)"
-            difference = schema_difference(found, expected)
-            if difference.startswith("column "):  # a value type: say how to make them one
+            difference = schema_difference(found, expected, read(p.schema), read(first.schema))
+            if difference.startswith("it "):  # a column some files have (schema evolution)
+                hint = (
+                    "; a column only some files have is read from none: leave it out "
+                    "(columns=[...] names those read), or write it into every file"
+                )
+            elif difference.startswith("column "):  # a value type: say how to make them one
                 hint += (
                     "; headrace converts no file's values to another's type: write the "
                     "column with one type in every file (pyarrow's table.cast, datasets' "

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
+from headrace._messages import byte_size
 from headrace._warn import warn_user
 from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_decode import default_decode_threads
@@ -313,7 +314,7 @@ class TableSource(Closing):
                 mean = sum(size for _, size in self.table.files) / groups
                 warn_user(
                     f"{self._where()}: a full shuffle of a table on object storage fetches "
-                    f"(and decodes) a whole row group (about {mean / 1e6:.1f} MB here) "
+                    f"(and decodes) a whole row group (about {byte_size(mean)} here) "
                     f"for nearly every row, since {groups} row groups do not fit the row-group "
                     f"cache ({self.table.row_group_cache}); shuffle='window' fetches each row "
                     "group once per epoch",
@@ -508,8 +509,9 @@ class TableSource(Closing):
         return out
 
     def _where(self) -> str:
-        files = self.table.files
-        return files[0][0] if len(files) == 1 else os.path.dirname(files[0][0])
+        # The table's own (until 2026-12-07 the first file's folder: one partition's,
+        # lang=de/, for a hive glob over several).
+        return self.table.where
 
     def fingerprint(self) -> dict[str, Any]:
         return {

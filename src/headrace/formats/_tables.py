@@ -428,6 +428,12 @@ class Table(Closing):
         """Each file's path and size in bytes, in row order."""
         return [(p.path, p.size) for p in self._parts]
 
+    @property
+    def where(self) -> str:
+        """What messages name for the table: its file when it has one, else the folder
+        or prefix it was opened from (a hive glob's root, not one partition's folder)."""
+        return str(self._where)
+
     def __len__(self) -> int:
         return self.num_rows
 
