@@ -22,7 +22,8 @@ import numpy as np
 from numpy.typing import DTypeLike, NDArray
 
 from headrace._messages import refuse_a_set
-from headrace.errors import ConfigError
+from headrace._warn import warn_user
+from headrace.errors import ConfigError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron_starts import MappedStarts
 from headrace.formats._names import ambiguous_names
@@ -130,8 +131,11 @@ class TokenSource(WindowCache):
     unshifted, the model shifts: the same pairs), the labels' own -100 kept, and with
     ``targets="documents"`` masked as above. Its windows are read beside the ids',
     through the same plan (a second window of up to ``window_bytes`` times the labels'
-    itemsize over the ids'). ``vocab_size`` checks the ids (``x``, and what ``y`` would
-    be without labels), not the labels.
+    itemsize over the ids'). Each target's label must be its id or ``ignore_index``:
+    one negative (a mask of -1 under -100) or, with ``vocab_size``, outside the
+    vocabulary is refused (``FormatError`` naming the shard, column, row, position and
+    value, and the ``ignore_index`` to give); one in it (a mask of 0, labels shifted
+    already) is warned of, once a source.
 
     ``ignore_index`` (-100 by default, PyTorch's ``cross_entropy``'s and Hugging Face's,
     as ``TableSource``'s; only with ``targets`` or labels): with either, ``y`` is a
@@ -186,6 +190,7 @@ class TokenSource(WindowCache):
     targets: Literal["documents"] | None = None
     ignore_index: int | None = None  # only with targets or labels: a Mixture compares it
     _labels: TokenSource | None = None  # the labels' stream, read through the same plan
+    _labels_warned: bool = False  # labels that are not the ids, warned of once
 
     def __init__(
         self,
@@ -411,6 +416,7 @@ class TokenSource(WindowCache):
             store_options=self._store_options,
             in_flight=self.in_flight,
             tail=tail or None,
+            pad_id=self.pad_id if tail else None,  # a tail's padding: the ids' own
             stride=stride,
         )
         out._cache = self._cache  # one block cache for both streams' objects
@@ -516,7 +522,7 @@ class TokenSource(WindowCache):
                 batch["position_ids"] = np.ascontiguousarray(pos[:, :-1])
                 begins = pos[:, 1:] == 0
         if self.ignore_index is not None:
-            batch["y"] = self._targets(seed, samples, batch["y"], begins)
+            batch["y"] = self._targets(seed, samples, out, begins)
         if self.tail:
             batch["loss_mask"] = self._loss_mask(seed, samples)
         return batch
@@ -525,21 +531,112 @@ class TokenSource(WindowCache):
         self,
         seed: int,
         samples: NDArray[np.int64],
-        ids: NDArray[Any],
+        out: NDArray[Any],
         begins: NDArray[np.bool_] | None,
     ) -> NDArray[np.signedinteger[Any]]:
-        """``y`` signed, apart from ``x``: a copy of the next ids, or the labels' next values
-        (a gather of their own, through the same plan: int64 labels, as ``datasets`` writes
-        them, a view of it, not copied again), ``ignore_index`` where ``begins``."""
+        """``y`` signed, apart from ``x``: a copy of the next ids (``out[:, 1:]``), or the
+        labels' next values (a gather of their own, through the same plan: int64 labels,
+        as ``datasets`` writes them, a view of it, not copied again), checked against the
+        ids, ``ignore_index`` where ``begins``."""
         assert self.ignore_index is not None
         if self._labels is None:  # x views the same rows: a copy
-            y = ids.astype(_signed(ids.dtype))
+            y = out[:, 1:].astype(_signed(out.dtype))
         else:  # a gather of its own: int64 labels are y as they are
-            kept = self._labels_planned().gather(seed, samples)[:, 1:]
-            y = kept.astype(_signed(kept.dtype), copy=False)
+            labels = self._labels_planned().gather(seed, samples)
+            self._check_labels(seed, samples, labels, out, begins)
+            y = labels[:, 1:].astype(_signed(labels.dtype), copy=False)
         if begins is not None:
             np.copyto(y, self.ignore_index, where=begins)
         return y
+
+    def _check_labels(
+        self,
+        seed: int,
+        samples: NDArray[np.int64],
+        labels: NDArray[Any],
+        out: NDArray[Any],
+        begins: NDArray[np.bool_] | None,
+    ) -> None:
+        """Refuse labels no loss can take, warn once of labels that are not the ids.
+
+        Hugging Face's labels are the ids, unshifted, or ``ignore_index`` where masked, so
+        each target (``labels[:, 1:]``) is its id (``out[:, 1:]``, checked with ``x`` by
+        ``vocab_size``) or ``ignore_index``: one pass over the gathered rows when all is
+        well (whole rows, contiguous: a third cheaper than the strided targets; ~25 us a
+        batch of 32 x 1024, 1 ns a token). The targets ``begins`` masks are left out only
+        once a label differs. A label that is neither and negative (prompts masked with
+        -1, as fairseq and Megatron mask, under the default -100) or, with
+        ``vocab_size``, outside the vocabulary would reach the loss as a class index out
+        of range (a CUDA device-side assert, naming nothing): refused. One in the
+        vocabulary (a mask of 0, labels shifted already) is a target the loss trains on,
+        maybe on purpose: warned of, once a source (the check goes on for refusals)."""
+        ignore = self.ignore_index
+        odd = labels != out
+        odd &= labels != ignore
+        odd[:, 0] = False  # the label of x[0], no target
+        if not odd.any():
+            return
+        y, ids, odd = labels[:, 1:], out[:, 1:], odd[:, 1:]
+        if begins is not None:  # masked: no target
+            odd &= ~begins
+        vocab = self.vocab_size
+        wrong = y < 0 if vocab is None else (y < 0) | (y >= vocab)
+        wrong &= odd
+        if not wrong.any() and (self._labels_warned or not odd.any()):
+            return
+        at = wrong if wrong.any() else odd
+        row, col = divmod(int(np.argmax(at)), y.shape[1])
+        files, offsets = self._file_offsets(self._plan(seed, samples))
+        assert self._labels is not None
+        f = self._labels.files[int(files[row])]
+        where = token_place(f, int(offsets[row]) + col + 1)  # y[p] is label s + p + 1
+        found, there = int(y[row, col]), int(ids[row, col])
+        line, differs = y[row][odd[row]], int(np.count_nonzero(odd[row]))
+        seen = f"{where} (sample {int(samples[row])}): label {found} where input_ids holds "
+        seen += f"{there}; {differs} of the sample's {y.shape[1]} targets hold a label "
+        seen += f"neither their id nor ignore_index={ignore}"
+        if found < 0:
+            raise FormatError(
+                f"{seen}. No loss takes a negative target (PyTorch's cross_entropy fails "
+                "on it, on CUDA as a device-side assert): if the data masks its prompts "
+                f"with {found}, give TokenSource(..., ignore_index={found}) and the same "
+                f"ignore_index to the loss; else its labels are damaged: write them again, "
+                f"-100 where masked and the ids elsewhere."
+            )
+        if wrong.any():
+            assert vocab is not None
+            raise FormatError(
+                f"{seen}, and {found} is outside the vocabulary [0, {vocab}) (vocab_size="
+                f"{vocab}): the loss would index past its logits (on CUDA a device-side "
+                "assert). The labels were made with another tokenizer (or tokens added to "
+                "it) than the ids: write them again from the ids, -100 where masked; if "
+                f"the model's vocabulary is larger, give vocab_size= its size."
+            )
+        one = bool((line == found).all())
+        shifted = bool((y[row, :-1] == ids[row, 1:])[odd[row, :-1]].all())
+        if one:
+            why = (
+                f"(all {found}): if {found} masks the prompts, the loss trains on them; "
+                f"write the labels again with -100 there (or give ignore_index={found} "
+                f"and the same to the loss, if {found} is no target of the data)"
+            )
+        elif shifted:
+            why = (
+                "(each the id after): labels shifted already (labels[i] = input_ids[i + "
+                "1]) are shifted twice here, the model's shift and TokenSource's; keep "
+                "Hugging Face's unshifted labels"
+            )
+        else:
+            why = (
+                "(several values): labels made from other ids (another tokenizer, another "
+                "row order) train the model on other text; write them again from the ids"
+            )
+        self._labels_warned = True  # set on the instance only now: see vocab_size
+        warn_user(
+            f"{seen} {why}. Hugging Face labels are input_ids, unshifted, with -100 where "
+            "masked. Warned once a source; labels other than the ids on purpose: filter "
+            "this warning."
+        )
 
     def _loss_mask(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
         """``True`` where ``y`` is a target of the file no earlier sample counted: not the
