@@ -68,7 +68,7 @@ def test_the_search_judges_each_count_as_the_au_column_does(tmp_path: Path) -> N
     with_compute = [i for i, (what, _) in enumerate(log) if what.endswith("trials with compute")]
     au_column = [n for what, n in log[: with_compute[0]] if what == "open"][-1]
     searched = [n for what, n in log[with_compute[-1] :] if what == "open"]
-    per_count = t.trials * t.steps
+    per_count = (t.trials + _au.WARMUP_EPOCHS) * t.steps  # the warm-up epoch too (s53)
     assert au_column == per_count * 256
     assert results[0]["au_pass"] is False, results[0]  # 256 batches a millisecond: no loader
     assert searched, log  # from a failed 256 it probes at least one accelerator
@@ -83,8 +83,9 @@ def test_each_count_is_judged_on_the_trials_au_mean(tmp_path: Path) -> None:
     log: list[tuple[str, int]] = []
     _record_opens(kind, log)
     found = max_accelerators(kind, "headrace", known=(64, False))
-    counts = [n // (t.trials * t.steps) for _, n in log]
-    assert [n % (t.trials * t.steps) for _, n in log] == [0] * len(log), log
+    per_count = (t.trials + _au.WARMUP_EPOCHS) * t.steps  # the warm-up epoch too (s53)
+    counts = [n // per_count for _, n in log]
+    assert [n % per_count for _, n in log] == [0] * len(log), log
     assert counts[0] == 1  # from a failed 64 the search starts at one accelerator
     assert found < 64
     assert all(c < 64 for c in counts)
@@ -98,7 +99,7 @@ def test_trials_of_one_step_are_searched_on_epochs_of_their_own(tmp_path: Path) 
     _record_opens(kind, log)
     max_accelerators(kind, "headrace", known=None, most=1)
     probe = _au.default_probe_steps(t)
-    assert [n for _, n in log][:1] == [t.trials * probe]
+    assert [n for _, n in log][:1] == [(t.trials + _au.WARMUP_EPOCHS) * probe]
 
 
 UNET3D = str(Path(BUILTIN_DLIO) / "unet3d_h100.yaml")

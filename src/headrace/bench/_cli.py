@@ -157,6 +157,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="compare: exit 1 where a variant is slower in B than in A beyond the trials' "
         "spread and by more than PCT percent (default 5)",
     )
+    parser.add_argument(
+        "--max-au-drop",
+        metavar="POINTS",
+        type=float,
+        help="compare: exit 1 where a variant's AU is lower in B than in A beyond the trials' "
+        "spread and by more than POINTS (AU x 100, as DLIO prints it; default 5)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
@@ -609,8 +616,12 @@ def _refuse_run_flags(args: argparse.Namespace) -> None:
     parser = argparse.ArgumentParser(add_help=False)
     configure(parser)
     defaults = vars(parser.parse_args([]))
-    # --max-slowdown: compare's, refused before elsewhere
-    taken = _ACTION_FLAGS | {"max_slowdown"} | ({"plot"} if _is_plot(args.action) else set())
+    # --max-slowdown, --max-au-drop: compare's, refused before elsewhere
+    taken = (
+        _ACTION_FLAGS
+        | {"max_slowdown", "max_au_drop"}
+        | ({"plot"} if _is_plot(args.action) else set())
+    )
     given = [
         "--" + dest.replace("_", "-")  # each flag's dest is its long name
         for dest, value in vars(args).items()
@@ -716,12 +727,16 @@ def check(args: argparse.Namespace) -> list[Kind]:
     path or endpoint is touched, so a command line is checked anywhere.
     """
     _refuse_empty(args)
-    if args.max_slowdown is not None and not _is_compare(args.action):
-        # A run ignored it: a gate written as `bench --max-slowdown 5 --json b.json` gated nothing.
-        raise ConfigError(
-            "--max-slowdown is a flag of 'compare' (headrace bench compare A.json B.json "
-            "--max-slowdown PCT), not of a run or a plot; drop it here and give it to compare"
-        )
+    for flag, value, what in (
+        ("--max-slowdown", args.max_slowdown, "PCT"),
+        ("--max-au-drop", args.max_au_drop, "POINTS"),
+    ):
+        if value is not None and not _is_compare(args.action):
+            # A run ignored it: `bench --max-slowdown 5 --json b.json` gated nothing.
+            raise ConfigError(
+                f"{flag} is a flag of 'compare' (headrace bench compare A.json B.json "
+                f"{flag} {what}), not of a run or a plot; drop it here and give it to compare"
+            )
     if args.action:
         if _is_compare(args.action):
             if args.action[1] == args.action[2] == "-":
@@ -735,6 +750,12 @@ def check(args: argparse.Namespace) -> list[Kind]:
                 raise ConfigError(
                     f"--max-slowdown {pct:g}: a slowdown in percent, from 0 (fail on any "
                     "slowdown beyond the trials' spread) to under 100; e.g. --max-slowdown 5"
+                )
+            drop = args.max_au_drop
+            if drop is not None and not 0 <= drop < 100:
+                raise ConfigError(
+                    f"--max-au-drop {drop:g}: a drop of AU in points (AU x 100), from 0 (fail "
+                    "on any drop beyond the trials' spread) to under 100; e.g. --max-au-drop 5"
                 )
             return []
         if _is_plot(args.action):
@@ -783,12 +804,13 @@ def check(args: argparse.Namespace) -> list[Kind]:
 def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
     if _is_compare(args.action):
-        from headrace.bench._compare import MAX_SLOWDOWN, compare
+        from headrace.bench._compare import MAX_AU_DROP, MAX_SLOWDOWN, compare
 
         try:
             check(args)
             pct = MAX_SLOWDOWN if args.max_slowdown is None else args.max_slowdown
-            return compare(args.action[1], args.action[2], pct)
+            drop = MAX_AU_DROP if args.max_au_drop is None else args.max_au_drop
+            return compare(args.action[1], args.action[2], pct, drop)
         except HeadraceError as exc:
             print(f"headrace bench compare: {exc}", file=sys.stderr)
             return 2

@@ -21,11 +21,14 @@ from headrace.bench._report import (
 )
 from headrace.errors import ConfigError
 
-__all__ = ["MAX_SLOWDOWN", "compare", "load_report"]
+__all__ = ["MAX_AU_DROP", "MAX_SLOWDOWN", "compare", "load_report"]
 
 #: ``--max-slowdown``'s default, in percent: a variant slower in B than in A beyond the
 #: trials' spread and by more than this fails compare (exit 1).
 MAX_SLOWDOWN = 5.0
+#: ``--max-au-drop``'s default, in points of AU x 100 (as DLIO prints it): a variant whose AU
+#: is lower in B than in A beyond the trials' spread and by more than this fails compare.
+MAX_AU_DROP = 5.0
 #: Trials (files workloads: fresh passes) each report needs before compare calls a change
 #: slower or faster: every one of B's n below every one of A's m happens by chance once in
 #: C(n + m, n) runs of the same speed (3 and 3: 1 in 20; 2 and 2: 1 in 6).
@@ -314,12 +317,33 @@ def _notes(a: dict[str, Any], b: dict[str, Any], other: dict[str, list[str]]) ->
                 f"{_compute_text(ca[name], threshold)}; B: {_compute_text(cb[name], threshold)}"
                 "): their AU compares that too, not the storage alone"
             )
+    # A report written before the warm-up epoch counted each stream's first, cold epoch in
+    # its AU: beside one that leaves it out, AU rose by the change of definition alone.
+    warm = [_warmed(report) for report in (a, b)]
+    for name in sorted(warm[0].keys() & warm[1].keys()):
+        if warm[0][name] != warm[1][name]:
+            cold = "A" if warm[1][name] else "B"
+            notes.append(
+                f"{name}: {cold}'s AU counts each stream's first epoch (written before the "
+                "warm-up epoch, 2026-12-07), the other's leaves it out (au_warmup): their AU "
+                "compares that too"
+            )
     notes += [
         f"{name}: the reports ran other data or another plan ({'; '.join(said)}): "
         "their samples differ, so digests are not compared; B/A is of samples/s"
         for name, said in other.items()
     ]
     return notes
+
+
+def _warmed(report: dict[str, Any]) -> dict[str, bool]:
+    """Each workload with AU: whether its AU left a warm-up epoch out (its results have
+    ``au_warmup``; reports written before 2026-12-07 have none)."""
+    out: dict[str, bool] = {}
+    for r in report["results"]:
+        if r.get("au") is not None:
+            out[str(r["workload"])] = out.get(str(r["workload"]), False) or "au_warmup" in r
+    return out
 
 
 def _batch(definition: dict[str, Any] | None) -> int:
@@ -372,10 +396,49 @@ def _change(
     return "within spread", False
 
 
-def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int:
+def _au_spread(r: dict[str, Any]) -> tuple[float, float, int] | None:
+    """(lowest, highest, how many) of the trials' AU behind a result's ``au`` (its
+    ``au_trials``); None without them (no compute, hand-made, or written before them)."""
+    trials = r.get("au_trials")
+    if r.get("au") is None or not isinstance(trials, list) or not trials:
+        return None
+    if not all(_number(v) for v in trials):
+        return None
+    return float(min(trials)), float(max(trials)), len(trials)
+
+
+def _au_change(old: dict[str, Any], new: dict[str, Any], max_drop: float) -> tuple[str, bool]:
+    """B's AU against A's, as :func:`_change` judges batches/s: ``LOWER 12`` (points of AU
+    x 100) where every trial of B had a lower AU than every trial of A and the means differ
+    by more than ``max_drop`` points (the gate: True), ``lower 2`` under it, ``higher 3``,
+    ``within spread`` where the trials' ranges overlap, ``? 2 trials`` under
+    :data:`MIN_TRIALS`; ``-`` without AU trials on both sides. Until 2026-12-07 compare
+    gated batches/s alone: a storage change that took AU from 0.95 to 0.60 exited 0."""
+    a, b = _au_spread(old), _au_spread(new)
+    if a is None or b is None:
+        return "-", False
+    n = min(a[2], b[2])
+    if n < MIN_TRIALS:
+        return f"? {n} trial{'' if n == 1 else 's'}", False
+    points = (float(new["au"]) - float(old["au"])) * 100
+    if b[1] < a[0]:
+        gate = -points > max_drop
+        return f"{'LOWER' if gate else 'lower'} {-points:.1f}", gate
+    if b[0] > a[1]:
+        return f"higher {points:.1f}", False
+    return "within spread", False
+
+
+def compare(
+    a_path: str,
+    b_path: str,
+    max_slowdown: float = MAX_SLOWDOWN,
+    max_au_drop: float = MAX_AU_DROP,
+) -> int:
     """Print B/A of each (workload, variant) of two reports, and whether B is slower or
-    faster beyond the trials' spread; 1 where a variant DIFFERS, FAILED in B, is SLOWER
-    by more than ``max_slowdown`` percent, or nothing was compared (a CI gate), else 0."""
+    faster beyond the trials' spread, its AU lower or higher; 1 where a variant DIFFERS,
+    FAILED in B, is SLOWER by more than ``max_slowdown`` percent, its AU LOWER by more than
+    ``max_au_drop`` points (AU x 100), or nothing was compared (a CI gate), else 0."""
     a = load_report(a_path)
     b = load_report(b_path)
     defs_a, defs_b = _definitions(a), _definitions(b)
@@ -416,13 +479,23 @@ def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int
     }
     cw = max([len(c) for c, _ in changes.values() if c != "-"], default=0)
     cw = cw and max(cw, len("change"))
+    au_changes = {
+        key: _au_change(before[key], r, max_au_drop)
+        for r in b["results"]
+        if (key := (r["workload"], r["variant"])) in before
+    }
+    aw = max([len(c) for c, _ in au_changes.values() if c != "-"], default=0)
+    aw = aw and max(aw, len("AU change"))
     print(
         f"{'workload':{ww}s} {'variant':{vw}s} {'batches/s A':>12s} {'B':>12s} {'B/A':>7s}"
         + (f" {'change':{cw}s}" if cw else "")
-        + f"{head}  digest"
+        + f"{head}"
+        + (f" {'AU change':{aw}s}" if aw else "")
+        + "  digest"
     )
     differ = compared = 0
     slower: list[str] = []
+    lower_au: list[str] = []
     failed_a, failed_b = _failed(a), _failed(b)
     for r in b["results"]:
         old = before.pop((r["workload"], r["variant"]), None)
@@ -443,10 +516,15 @@ def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int
         change, gate = changes[(name, r["variant"])]
         if gate:
             slower.append(f"{name}/{r['variant']} {ratio.strip()}")
+        au_change, au_gate = au_changes[(name, r["variant"])]
+        if au_gate:
+            lower_au.append(f"{name}/{r['variant']} AU {old['au']:.2f} (A) -> {r['au']:.2f} (B)")
         print(
             f"{name:{ww}s} {r['variant']:{vw}s} {_r(old):>12s} {_r(r):>12s} {ratio}"
             + (f" {change:{cw}s}" if cw else "")
-            + f"{cells}  {same}"
+            + f"{cells}"
+            + (f" {au_change:{aw}s}" if aw else "")
+            + f"  {same}"
         )
         differ += same.startswith("DIFFERS")
         compared += 1
@@ -468,6 +546,8 @@ def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int
             print(line)
     if cw:
         print(_change_note(max_slowdown, [c for c, _ in changes.values()]))
+    if aw:
+        print(_au_change_note(max_au_drop, [c for c, _ in au_changes.values()]))
     if slower:
         # Exit 1: until 2026-12-07 compare exited 0 on any slowdown, and a CI gate read
         # it as a pass.
@@ -475,6 +555,13 @@ def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int
             f"headrace bench compare: {len(slower)} variant(s) slower in B than in A beyond "
             f"their trials' spread and by more than {max_slowdown:g}% (--max-slowdown): "
             + ", ".join(slower),
+            file=sys.stderr,
+        )
+    if lower_au:
+        print(
+            f"headrace bench compare: {len(lower_au)} variant(s) kept a lower AU in B than "
+            f"in A beyond their trials' spread and by more than {max_au_drop:g} points "
+            "(AU x 100; --max-au-drop): " + ", ".join(lower_au),
             file=sys.stderr,
         )
     if broke:
@@ -506,7 +593,7 @@ def compare(a_path: str, b_path: str, max_slowdown: float = MAX_SLOWDOWN) -> int
             "compared; compare runs of the same workloads and variants (-w, --variants)",
             file=sys.stderr,
         )
-    return 1 if differ or broke or slower or not compared else 0
+    return 1 if differ or broke or slower or lower_au or not compared else 0
 
 
 def _change_note(max_slowdown: float, cells: list[str]) -> str:
@@ -521,6 +608,18 @@ def _change_note(max_slowdown: float, cells: list[str]) -> str:
             f"; ? N trials: under {MIN_TRIALS} in a report, too few to tell a change from "
             f"noise: run --trials {MIN_TRIALS} or more"
         )
+    return note
+
+
+def _au_change_note(max_au_drop: float, cells: list[str]) -> str:
+    """What the AU change column says, under the rows."""
+    note = (
+        "AU change: B's AU against A's, in points (AU x 100); lower or higher only where "
+        "every trial of one was below every trial of the other (au_trials), else within "
+        f"spread; LOWER (exit 1): by more than {max_au_drop:g} points (--max-au-drop)"
+    )
+    if any(c.startswith("?") for c in cells):
+        note += f"; ? N trials: under {MIN_TRIALS} in a report: run --trials {MIN_TRIALS} or more"
     return note
 
 

@@ -341,6 +341,7 @@ def _run(
     rates: dict[str, list[float]] = {s: [] for s in specs}
     # Per variant, each epoch's (AU, loader seconds per counted step; None: none counted).
     au: dict[str, list[tuple[float, float | None]]] = {s: [] for s in specs}
+    au_warm: dict[str, float] = {}  # each variant's warm-up epoch's AU, kept out of the mean
     fresh: dict[str, list[float]] = {}
     max_acc: dict[str, int] = {}
     # The Loaders each variant's trial stream opened (see ``read_ahead`` below).
@@ -369,7 +370,8 @@ def _run(
 
         # 2. timed trials, alternating
         phase = "trials"
-        done, work = 0, (t.trials * (2 if has_compute else 1) + _fresh.passes(kind)) * len(specs)
+        with_compute = t.trials + _au.WARMUP_EPOCHS if has_compute else 0
+        done, work = 0, (t.trials + with_compute + _fresh.passes(kind)) * len(specs)
         try:
             for spec in specs:
                 try:
@@ -423,25 +425,34 @@ def _run(
         _fresh.alternate(live, of, digest_steps, _fresh.passes(kind), fail, pass_done, fresh)
         # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
         # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
-        # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py):
-        # the trial streams above sat idle while the other variants ran, so their read-ahead
-        # queues were full, and an AU measured on them credited the loader with that idle time.
+        # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py),
+        # after a warm-up epoch kept out of the mean: the trial streams above sat idle while
+        # the other variants ran, so their read-ahead queues were full, and an AU measured on
+        # them credited the loader with that idle time.
         phase = "trials with compute"
         comp_t = compute_times(t, t.trials * t.steps)
         for spec in specs if has_compute else ():
             if spec in failed:
                 continue
 
-            def epoch_done(epoch: tuple[float, float | None], spec: str = spec) -> None:
+            def epoch_done(
+                epoch: tuple[float, float | None], spec: str = spec, warm: bool = False
+            ) -> None:
                 nonlocal done
-                au[spec].append(epoch)
+                if warm:
+                    au_warm[spec] = epoch[0]
+                else:
+                    au[spec].append(epoch)
                 done += 1
                 if progress:
                     progress(f"{wl.name}: trials with compute", done, work)
 
+            def warmed(epoch: tuple[float, float | None], spec: str = spec) -> None:
+                epoch_done(epoch, spec, warm=True)
+
             try:
                 # The measurement the search for max acc. judges each count by, as it is.
-                au_epochs(of(spec), spec, n_acc, comp_t, t.steps, epoch_done)
+                au_epochs(of(spec), spec, n_acc, comp_t, t.steps, epoch_done, warmed)
             except HeadraceError as exc:
                 fail(spec, exc)
             finally:
@@ -527,6 +538,8 @@ def _run(
                 "variant": spec,
                 "batches_per_s": med,
                 "batches_per_s_spread": _spread(rates[spec]),
+                # Each timed trial's batches/s, in the order run (whose median batches_per_s is)
+                "batches_per_s_trials": list(rates[spec]),
                 "gb_per_s": med * payload_per_batch / 1e9,
                 "digest": m["digest"],
                 "canonical_digest": m.get("canonical_digest"),
@@ -550,6 +563,9 @@ def _run(
                 # Each trial's (DLIO epoch's) AU, whose mean ``au`` is: the mean alone hid
                 # trials of 0.42 and 0.99 in one run, and could not be checked.
                 "au_trials": [a for a, _ in au[spec]] if run_au is not None else None,
+                # The warm-up epoch on the same fresh stream before them, out of the mean: the
+                # first epoch of a fresh stream was below the later ones' mean in 9 of 12 (_au.py).
+                "au_warmup": au_warm.get(spec) if run_au is not None else None,
                 "max_accelerators": max_acc.get(spec),
                 "steps": m["steps"],
                 "trials": len(rates[spec]),  # the trials done: fewer, interrupted
@@ -610,6 +626,16 @@ def _run(
             f"{wl.name}: kept AU at the most simulated accelerators the search tries "
             f"({_au.MOST_ACCELERATORS:,}, or the run's own --accelerators): "
             f"{', '.join(topped)}; their max acc. (the table's N+) is at least that"
+        )
+    warm_au = [
+        f"{r['variant']} {r['au_warmup']:.2f}" for r in results if r["au_warmup"] is not None
+    ]
+    if has_compute and t.steps > _au.EXCLUDE_START_STEPS and warm_au:
+        # Said where the AU is, so that a reader of the table knows which epochs it is of.
+        notes.append(
+            f"{wl.name}: AU is the mean of the {t.trials} trial(s) with compute after a warm-up "
+            "epoch on each variant's fresh stream, which is left out of it (a fresh stream "
+            f"starts its read-ahead and thread pools from nothing): warm-up AU {', '.join(warm_au)}"
         )
     if has_compute and t.steps < 2:
         # DLIO's AU leaves each epoch's first step out: a trial of one step counts none.
