@@ -120,7 +120,10 @@ class HeadraceDataLoader(Closing):
     ``state_dict()`` is the global step the consumer reached (not any
     worker's read-ahead position), so it restores with any number of
     workers: every worker starts at that step. Iterating again continues
-    where the consumer stopped.
+    where the consumer stopped; a Lightning evaluation (sanity check, validation,
+    test) moves it not: each starts where the loader stood before the last one, so
+    every validation over ``steps=`` sees the same batches, as with Lightning's own
+    loaders.
 
     ``num_workers=0`` (the default): the dataset's loader reads ahead on
     threads and its batches become tensors here (``torch.from_numpy``).
@@ -258,10 +261,11 @@ class HeadraceDataLoader(Closing):
 
     def __len__(self) -> int:
         """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
-        (``TypeError`` when that is None). For a scheduler's total (``OneCycleLR``'s
-        ``total_steps``), use ``dataset.steps``: after a resume this is what remains."""
+        (``TypeError`` when that is None; after a Lightning evaluation, from where it
+        began). For a scheduler's total (``OneCycleLR``'s ``total_steps``), use
+        ``dataset.steps``: after a resume this is what remains."""
         ds = self.dataset
-        return remaining_steps(starts_at(self.step, ds.steps, ds.epochs, ds._went), ds.steps)
+        return remaining_steps(self._next_start(), ds.steps)
 
     def __bool__(self) -> bool:
         return True
@@ -277,46 +281,63 @@ class HeadraceDataLoader(Closing):
         return batches
 
     def _by_lightning(self) -> None:
-        """Note the Lightning evaluation this iteration is for, if any; after a sanity
-        check, first put the loader back where it stood before it.
+        """Note the Lightning evaluation this iteration is for, if any; once the last
+        one is over, first put the loader back where it stood before that one.
 
-        Lightning keeps an evaluation's iterator until the next evaluation makes a new
-        one, and throws a sanity check's batches away (a map-style loader's next
-        iterator starts at its first batch again): after the check of
-        ``num_sanity_val_steps=2``, ``state_dict()`` named step 2, so a state of an
-        exact pass saved mid-training and loaded outside Lightning left out its first 2
-        batches, and a val loader over ``steps=`` began its first validation at step 2."""
-        before = self._sanity_checked()
-        if before is not None:
+        Lightning makes a new iterator for each evaluation, and its own loaders start
+        each at their first batch; it keeps the last one's iterator until then. A val
+        loader over ``steps=`` went on from where the last validation stopped: the
+        first validation took its batches and the next ones got none ("this iteration
+        yields nothing"); over ``steps=None``, each validation got the stream's next
+        batches. A sanity check throws its batches away: after one of
+        ``num_sanity_val_steps=2``, an exact pass's state named step 2 (a state saved
+        mid-training and loaded outside Lightning left out its first 2 batches), and a
+        ``steps=`` loader's first validation began there."""
+        found = lightning_evaluation()
+        last = self._evaluation
+        if (
+            found is not None
+            and last is not None
+            and last[0]() is found[0]
+            and last[1] == found[1]
+            and self.step == last[2]
+        ):
+            # That evaluation's iter() again, no batch taken since (Lightning checks that
+            # the loader iterates before its fetcher iterates it; a later evaluation of
+            # the same stage finds the loader moved): the first iterator, which took
+            # nothing, moved nothing (an exact pass whose state was loaded at step 1
+            # began the sanity check at step 0).
+            self.dataset._went = last[3]
+            return
+        before = self._before_evaluation()
+        if before is not None and before != (self.step, self.dataset._went):
             step, went = before
             self.load_state_dict(self.dataset.state_at(step))
             self.dataset._went = went
-        found = lightning_evaluation()
         if found is None:
             self._evaluation = None
             return
         trainer, stage = found
-        last = self._evaluation
-        if last is not None and last[0]() is trainer and not self._left_by_lightning():
-            return  # that evaluation's iter() again (Lightning checks that it iterates)
         self._evaluation = (weakref.ref(trainer), stage, self.step, self.dataset._went)
 
-    def _left_by_lightning(self) -> bool:
-        """Whether a Lightning evaluation began the last iteration and is over: Lightning
-        keeps its iterator, and the next evaluation makes a new one."""
+    def _before_evaluation(self) -> tuple[int, bool] | None:
+        """Where the loader stood before the Lightning evaluation that began its last
+        iteration: its step, and whether an iteration had moved it (after a sanity
+        check, as it was; after any other evaluation, one had: an exact pass starts
+        over)."""
         if self._evaluation is None:
-            return False
-        trainer = self._evaluation[0]()
-        now = getattr(getattr(trainer, "state", None), "stage", None)
-        return trainer is None or now != self._evaluation[1]
-
-    def _sanity_checked(self) -> tuple[int, bool] | None:
-        """Where the loader stood before a Lightning sanity check that began the last
-        iteration and is over: its step, and whether an iteration had moved it."""
-        if self._evaluation is None or not self._left_by_lightning():
             return None
         _, stage, step, went = self._evaluation
-        return (step, went) if getattr(stage, "value", None) == "sanity_check" else None
+        return step, went or getattr(stage, "value", None) != "sanity_check"
+
+    def _next_start(self) -> int:
+        """The step the next iteration starts at: where the last Lightning evaluation
+        began, if one began the last iteration (Lightning asks each evaluation's
+        ``len()`` before its ``iter()``), else the consumer's step (0 for an exact pass
+        over or left part way)."""
+        ds = self.dataset
+        step, went = self._before_evaluation() or (self.step, ds._went)
+        return starts_at(step, ds.steps, ds.epochs, went)
 
     def _iterate(self, moved: bool) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
@@ -460,9 +481,8 @@ class HeadraceDataLoader(Closing):
         Under a Lightning fit loop, a batch its fetcher has taken ahead of the training
         step (from a loader without ``len()``) counts as not received."""
         ds = self.dataset
-        if self._left_by_lightning():  # where Lightning's next evaluation starts
-            step, went = self._sanity_checked() or (self.step, True)
-            return ds.state_at(starts_at(step, ds.steps, ds.epochs, went))
+        if self._before_evaluation() is not None:  # where Lightning's next evaluation starts
+            return ds.state_at(self._next_start())
         # An exact pass a loop has left part way names step 0, where the next iteration
         # starts (TorchDataset._resumes_at).
         return ds.state_at(ds._resumes_at(self.step - lightning_prefetched(self)))
