@@ -149,13 +149,13 @@ def test_a_shard_of_members_out_of_order_says_so(tmp_path: Path, datasets: Any) 
             ]
         )
     )
-    src = FileSource(tmp_path, format="tar", datasets=datasets, shuffle="none")
     with pytest.raises(
         (DataError, FormatError), match=r"key '[abc]' is that of 2 samples .* --sort=name"
-    ):
+    ):  # (with datasets=, when the shard is counted since 2026-12-07)
+        src = FileSource(tmp_path, format="tar", datasets=datasets, shuffle="none")
         with Loader(src, batch_size=2, seed=0, steps=3) as loader:
             batch_digest(loader)
-    src.close()
+        src.close()
 
 
 def test_a_first_sample_split_from_its_members_says_so() -> None:

@@ -47,7 +47,7 @@ from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._object_files import named_url
 from headrace.formats._sparse import BLOCK, Span, SparseImage
-from headrace.formats._tar import TarIndex, tar_index
+from headrace.formats._tar import TarIndex, check_fields, tar_index
 from headrace.formats._tar_ranges import TarIndexes
 from headrace.formats._tfrecord import walk_records
 from headrace.formats._url_glob import local_pattern
@@ -132,10 +132,13 @@ def _count_one(
     files: FileList,
     i: int,
     queue: RequestQueue | None,
+    whole: bool = True,
 ) -> tuple[int, int, int, bytes | TarIndex | None]:
     """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
     (tar) its index or (TFRecord, ArrayRecord) its record or chunk index (TFRecord: each
-    record's data offset, then    length, as int64)."""
+    record's data offset, then    length, as int64). ``whole``: a tar shard's samples
+    must each hold the fields asked (else, under ``on_corrupt="replace"``, a sample
+    lacking one is replaced when read, its shard's others read)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(files, i)
@@ -160,6 +163,8 @@ def _count_one(
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         elif fmt.name == "tar":
             index = tar_index(f.at, size, name)
+            if datasets and whole:  # a sample lacking a field asked: refused now, not hours in
+                check_fields(index, datasets, name)
             n, head = len(index), index  # kept: the reads need not walk it again
         elif fmt.name in ("tfrecord", "array_record"):
             walk = walk_records if fmt.name == "tfrecord" else read_index
@@ -225,7 +230,7 @@ def header_counts(
 
     def job(i: int) -> None:
         nonlocal kept_bytes
-        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue)
+        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue, corrupt is None)
         counts[i] = c
         with lock:
             stats.reads += reads

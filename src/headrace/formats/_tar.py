@@ -200,9 +200,11 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
             )
         start = pos + HEADER
         if start + length > size and (kind in _FILE_TYPES or kind not in _NO_DATA):
+            cut = long_name or pax.get("path") or _name_of(block)
             raise FormatError(
                 f"{name}: truncated: the tar member at offset {pos} holds {length} bytes, "
-                f"running past the end of the object ({size} bytes)"
+                f"running past the end of the object ({size} bytes); "
+                + _whole_before(out, cut if kind in _FILE_TYPES else None)
             )
         step = start + (-(-length // HEADER) * HEADER)
         if kind in (b"L", b"x", b"X", b"g", b"K"):
@@ -223,12 +225,7 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
             raise UnsupportedFormError(
                 f"{name}: the tar member at offset {pos} is sparse: {_SPARSE}"
             )
-        path = long_name or pax.get("path")
-        if path is None:
-            path = block[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            prefix = block[345:500].split(b"\0", 1)[0]
-            if block[257:263] == b"ustar\x00" and prefix:
-                path = prefix.decode("utf-8", "surrogateescape") + "/" + path
+        path = long_name or pax.get("path") or _name_of(block)
         link = long_link or pax.get("linkpath")
         if link is None:
             link = block[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
@@ -255,9 +252,44 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
         # member's end read as fewer samples, silently, without this.
         raise FormatError(
             f"{name}: truncated: the tar archive ends at offset {pos} without its end marker "
-            "(a zero block): cut short after its last whole member?"
+            "(a zero block): cut short after its last whole member? " + _whole_before(out, None)
         )
     return out
+
+
+def _name_of(block: bytes) -> str:
+    """The path a header block names (ustar: its prefix, then its name)."""
+    path = block[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    prefix = block[345:500].split(b"\0", 1)[0]
+    if block[257:263] == b"ustar\x00" and prefix:
+        path = prefix.decode("utf-8", "surrogateescape") + "/" + path
+    return path
+
+
+def _sample_key(path: str) -> str:
+    folder, _, base = path.rpartition("/")
+    return f"{folder}/{base.partition('.')[0]}" if folder else base.partition(".")[0]
+
+
+def _whole_before(out: list[tuple[str, int, int, int]], cut: str | None) -> str:
+    """What a truncated shard still holds, and what to do: a user of a crawl (one shard
+    of thousands cut by a failed copy) was told where the cut is, not what it cost.
+    ``out``: the members walked before the cut; ``cut``: the path of the member cut
+    short (its sample is not whole), ``None`` where the walk ended at a member's end
+    (the last sample read may lack members written after it)."""
+    keys = [_sample_key(path) for path, *_ in out]
+    samples = sum(1 for i, k in enumerate(keys) if not i or keys[i - 1] != k)
+    if cut is not None and keys and keys[-1] == _sample_key(cut):
+        samples -= 1  # the cut member's sample began before it
+    held = (
+        f"its first {samples} samples are whole"
+        if cut is not None
+        else f"its first {samples} samples are read, the last perhaps without all its members"
+    )
+    return (
+        f"{held}, the rest lost: copy the shard again (or leave it out of the list; "
+        "under on_corrupt='replace' a truncated shard's samples are all left out of the run)"
+    )
 
 
 #: (Not damage: on_corrupt="replace" raises it, UnsupportedFormError.)
@@ -315,6 +347,43 @@ def tar_index(at: At, size: int, name: str) -> TarIndex:
         size=np.array(sizes, dtype=offset_t),
         names=tuple(names),
     )
+
+
+def check_fields(index: TarIndex, fields: Sequence[str], name: str) -> None:
+    """Refuse a shard where a sample lacks a field asked (``datasets=``), when it is
+    counted: a crawl's few samples without a caption (img2dataset writes none where the
+    caption is missing) were found only when a read reached one, hours into a run,
+    though the walk that counted the shard had seen them. Counts every such sample."""
+    n = len(index)
+    if not n:
+        return
+    first = index.first.astype(np.int64)
+    owner = np.repeat(np.arange(n), first[1:] - first[:-1])  # each member's sample
+    for field in fields:
+        f = index.names.index(field) if field in index.names else -1
+        held = np.zeros(n, dtype=bool)
+        if f >= 0:
+            held[owner[index.field == f]] = True
+        lacking = np.flatnonzero(~held)
+        if not len(lacking):
+            continue
+        r = int(lacking[0])
+        has = sorted(index.fields(r))
+        raise DataError(
+            f"{name}: sample {index.key(r)!r} (offset {int(index.header[r])}) has no field "
+            f"{field!r}; it holds {has} ({len(lacking)} of the shard's {n} samples lack "
+            f"{field!r})"
+            + (
+                _apart(index, r)
+                or _dotted(index.key(r), field, has)
+                or (
+                    f"; read without {field!r} if the run does not need it (leave it out of "
+                    "datasets), write the shards again without such samples, or pass "
+                    "on_corrupt='replace' (each such sample is then replaced by another when "
+                    "read, and named)"
+                )
+            )
+        )
 
 
 def _decode_field(
