@@ -153,6 +153,11 @@ class FetchWindow:
             e.future.set_result(data)
         if orphan:
             self._pump()
+        # This frame outlives the call in a failed fetch's traceback, which the entry's
+        # future holds: window -> entry -> future -> error -> frame -> window, a cycle that
+        # kept a dropped source's threads until the cyclic collector ran (a fetch that
+        # failed as its source went away, or any failure, under gc.disable()).
+        del self, e
 
     def _ended_locked(self, e: _Entry) -> bool:
         """Note that ``e``'s fetch ended; whether it freed a dropped entry's slot."""

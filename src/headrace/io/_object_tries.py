@@ -234,7 +234,14 @@ class Tries:
                         "resumes from its last state_dict() once the store answers"
                     )
             err = TransientStorageError(f"{err} ({why})")
-        raise err from exc
+        try:
+            raise err from exc
+        finally:
+            # Its traceback holds this frame, whose locals held it: a cycle through the
+            # caller's frames and store, so a source dropped without close() after a
+            # miss (a token file's sidecar not found) kept its connections and thread
+            # until the cyclic collector ran, never under gc.disable().
+            del err, exc
 
     def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
         """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""

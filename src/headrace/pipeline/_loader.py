@@ -256,7 +256,13 @@ class Loader(Closing):
         # Where this batch size took over (LoaderState.origin_for); None: at the start.
         self.origin: tuple[int, int] | None = None
         self.stats = LoaderStats()
-        self._watch = StallWatch(self.stall_warn_s, self._next_step, self._stall_said)
+        # Through a weak reference: bound methods held here made a reference cycle, so a
+        # loader dropped without close() (and its source's files and threads) lived on
+        # until the cyclic collector ran, never under gc.disable() (torchtitan's gc_freq).
+        me = weakref.proxy(self)
+        self._watch = StallWatch(
+            self.stall_warn_s, lambda: me._next_step(), lambda s, t: me._stall_said(s, t)
+        )
         # The transform running now ("transform <name>", first and last step,
         # time.monotonic() at its start): a stall warning names it.
         self._transforming: Running | None = None
