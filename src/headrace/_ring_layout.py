@@ -32,9 +32,11 @@ from headrace.pipeline._stall import Running
 
 __all__ = ["RingConfig"]
 
-_LAYOUT, _CHUNK, _INLINE, _END, _ERROR, _STARTED = range(6)
+_LAYOUT, _CHUNK, _INLINE, _END, _ERROR, _STARTED, _NOTES = range(7)
 _CHUNK_MSG = struct.Struct("<Bqii")  # kind, first step, steps, slot (+ a pickled layout)
 _STARTED_MSG = struct.Struct("<Bq")  # kind, the run a worker has begun (persistent workers)
+# _NOTES + a pickled take_corrupt_news(): the corrupt files a worker met, before the chunk
+# (or error) they were met for.
 # Main -> worker: b"m" (the ring is mapped), a slot returned, or _RUN + a pickled
 # (run, start, origin): start over there (persistent workers).
 _SLOT_MSG = struct.Struct("<i")  # a slot returned to its worker

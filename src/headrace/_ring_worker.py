@@ -43,6 +43,7 @@ from headrace._ring_layout import (
     _ERROR,
     _INLINE,
     _LAYOUT,
+    _NOTES,
     _RUN,
     _SLOT_MSG,
     _STARTED,
@@ -55,6 +56,7 @@ from headrace._ring_layout import (
     _size,
 )
 from headrace.errors import HeadraceError
+from headrace.formats._file_source import relay_corrupt, take_corrupt_news
 from headrace.pipeline import Batch, Loader
 from headrace.pipeline._stall import publish_running
 
@@ -254,6 +256,7 @@ class _Producer:
         inbox = self.inbox
         with loader:
             for steps, arrays in loader.chunks():
+                _send_news(self.out)
                 if not self._send(loader, steps, arrays):
                     return
                 self.step = steps[-1] + k
@@ -313,6 +316,7 @@ def _worker(
     named = _Named()
     _watch_lifeline(alive, named)
     producer: _Producer | None = None
+    relay_corrupt()  # the files replaced here are listed by the main process's source
     try:
         cfg: RingConfig = pickle.loads(config)  # the source reopens its files here
         inbox = _Inbox(back)
@@ -328,6 +332,10 @@ def _worker(
     except _Closed:
         return  # the main process closed our pipes: it wants no more
     except BaseException as exc:
+        try:
+            _send_news(out)  # what was replaced before the error, listed there too
+        except _Closed:
+            return
         _send_error(out, -1 if producer is None else producer.step, exc)
     finally:
         named.unlink()
@@ -342,6 +350,14 @@ def _fill(slot: NDArray[np.uint8], srcs: list[NDArray[Any]], regions: tuple[Regi
     # the segment (which would make ``SharedMemory.close`` fail).
     for a, (at, dtype, shape) in zip(srcs, regions, strict=True):
         np.copyto(slot[at : at + a.nbytes].view(dtype).reshape(shape), a, casting="no")
+
+
+def _send_news(out: Connection) -> None:
+    """Send the corrupt files met since the last call to the main process, whose sources
+    list them (:func:`~headrace.formats._file_source.merge_corrupt_news`)."""
+    news = take_corrupt_news()
+    if news:
+        _put(out, bytes([_NOTES]) + pickle.dumps(news))
 
 
 def _send_error(out: Connection, step: int, exc: BaseException) -> None:

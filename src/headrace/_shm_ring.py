@@ -42,6 +42,7 @@ from headrace._ring_layout import (
     _ERROR,
     _INLINE,
     _LAYOUT,
+    _NOTES,
     _RUN,
     _SLOT_MSG,
     _STARTED,
@@ -54,6 +55,7 @@ from headrace._ring_layout import (
 )
 from headrace._ring_worker import _worker, no_shm
 from headrace.errors import ConfigError, HeadraceError, StateError
+from headrace.formats._file_source import merge_corrupt_news
 from headrace.pipeline import Batch
 from headrace.pipeline._layout import lay_out, narrow_strings, ragged_keys, string_keys
 from headrace.pipeline._stall import DEFAULT_STALL_WARN_S, StallWatch, worker_stall_message
@@ -214,6 +216,8 @@ class WorkerBatches:
                 if len(msg) > _CHUNK_MSG.size:  # the worker counts it as sent
                     ring.layout = pickle.loads(msg[_CHUNK_MSG.size :])
                 self._back[w].send_bytes(_SLOT_MSG.pack(s))
+            elif kind == _NOTES:  # (met for a chunk not consumed: replaced all the same)
+                merge_corrupt_news(pickle.loads(msg[1:]))
             elif kind == _ERROR:  # (a read ahead of what was consumed)
                 return False
         return False
@@ -364,6 +368,8 @@ class WorkerBatches:
                 return True
             elif kind == _END:
                 return False
+            elif kind == _NOTES:
+                merge_corrupt_news(pickle.loads(msg[1:]))
             else:  # _ERROR
                 got, exc = pickle.loads(msg[1:])
                 pid = self._procs[w].pid

@@ -563,9 +563,24 @@ def refuse_repeats(paths: Sequence[str], what: str) -> None:
         seen[same] = p
 
 
-def _no_match(given: str) -> ObjectNotFoundError:
+def _no_match(given: str, by_case: Sequence[str] = ()) -> ObjectNotFoundError:
     return ObjectNotFoundError(
-        f"{given}: no files match this glob pattern (nor is it a folder)" + ESCAPE_HINT
+        f"{given}: no files match this glob pattern (nor is it a folder)"
+        + case_missed_hint(given, by_case)
+        + ESCAPE_HINT
+    )
+
+
+def case_missed_hint(pattern: str, by_case: Sequence[str]) -> str:
+    """Said where a glob that matches nothing misses files only by its extension's case
+    (a folder of ``.JPG`` photos globbed as ``*.jpg``)."""
+    if not by_case:
+        return ""
+    ext = pattern.rpartition(".")[2]
+    either = _either(ext)
+    return (
+        f"; {len(by_case):,} file(s) match it but for the case of their extension (e.g. "
+        f"{by_case[0]!r}): write the extension as .{either} to read them"
     )
 
 
@@ -585,19 +600,47 @@ class _Matched:
         return bool(self.patterns) and path not in self.given
 
 
+def _either(ext: str) -> str:
+    """``ext`` as a glob of either case: ``jpg`` -> ``[jJ][pP][gG]``."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in ext)
+
+
+def either_case(pattern: str, sep: str = os.sep) -> str | None:
+    """``pattern`` with the extension its last part ends in matched in either case
+    (``*.jpg``: ``*.[jJ][pP][gG]``); ``None`` where it ends in no extension of letters."""
+    head, at, last = pattern.rpartition(sep)
+    stem, dot, ext = last.rpartition(".")
+    if not dot or not ext.isalnum() or ext.lower() == ext.upper():  # no letters to case
+        return None
+    return f"{head}{at}{stem}.{_either(ext)}"
+
+
+def case_missed_said(count: int, pattern: str, example: str) -> str:
+    """What a listing says of the ``count`` files that the glob ``pattern`` (local or an
+    object store's) misses only by the case of its extension."""
+    ext = pattern.rpartition(".")[2]
+    either = _either(ext)
+    return (
+        f"left out {count:,} file(s) that the glob pattern {pattern} misses only "
+        f"by the case of its extension (e.g. {example!r}): a glob matches case by case, "
+        f"where a folder's listing (and torchvision's ImageFolder) reads .{ext.upper()} "
+        f"as .{ext.lower()}; to read them too, write the extension as .{either}, or give "
+        "the folder"
+    )
+
+
 def _case_glob(pattern: str) -> tuple[list[str], list[str]]:
     """``glob.glob(pattern, recursive=True)``, and the names it misses only by the case of
     an extension its last part ends in (``*.jpg``: ``x.JPG``), from one walk: a glob of
     the extension in either case (``*.[jJ][pP][gG]``), its matches that end as written
     being the pattern's own (the part before the extension is the same pattern)."""
-    head, last = os.path.split(pattern)
-    stem, dot, ext = last.rpartition(".")
-    if not dot or not ext.isalnum() or ext.lower() == ext.upper():  # no letters to case
+    either = either_case(pattern)
+    if either is None:
         return glob.glob(pattern, recursive=True), []
-    either = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in ext)
+    ext = pattern.rpartition(".")[2]
     found: list[str] = []
     missed: list[str] = []
-    for p in glob.glob(os.path.join(head, f"{stem}.{either}"), recursive=True):
+    for p in glob.glob(either, recursive=True):
         (found if p.endswith(f".{ext}") else missed).append(p)
     return found, missed
 
@@ -622,7 +665,7 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
         with in_flight.Waiting("list", pattern):
             found, by_case = _case_glob(pattern)
         if not found:
-            raise _no_match(text)
+            raise _no_match(text, sorted(by_case))
         if "**" in pattern:
             refuse_glob_cycles(text, found)
         out += found
@@ -633,16 +676,8 @@ def _expand(files: Iterable[str | os.PathLike[str]]) -> tuple[list[str], _Matche
         # A folder's listing (and ImageFolder) take .JPG as .jpg; a glob does not: a class
         # of .JPG files alone went unnumbered, and the classes after it shifted, unsaid.
         pattern, example = missed[0]
-        ext = os.path.splitext(pattern)[1][1:]
-        either = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in ext)
         matched.missed = len(missed)
-        matched.missed_said = (
-            f"left out {len(missed):,} file(s) that the glob pattern {pattern} misses only "
-            f"by the case of its extension (e.g. {example!r}): a glob matches case by case, "
-            f"where a folder's listing (and torchvision's ImageFolder) reads .{ext.upper()} "
-            f"as .{ext.lower()}; to read them too, write the extension as .{either}, or give "
-            "the folder"
-        )
+        matched.missed_said = case_missed_said(len(missed), pattern, example)
     return out, matched
 
 

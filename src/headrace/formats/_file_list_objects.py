@@ -11,7 +11,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from headrace.errors import HeadraceError, ObjectNotFoundError, StorageError
-from headrace.formats._file_list import FileList, Listing, columns, packed, refuse_repeats
+from headrace.formats._file_list import (
+    FileList,
+    Listing,
+    case_missed_hint,
+    case_missed_said,
+    columns,
+    either_case,
+    packed,
+    refuse_repeats,
+)
 from headrace.formats._object_files import cache_name, check_store_options
 from headrace.formats._packed_names import PackedNames, PackedSizes, PackedTags
 from headrace.formats._url_glob import (
@@ -55,8 +64,11 @@ def object_glob(
     found = _glob_matches(url, options)
     if found is None:
         return None
-    store, listed = found
-    return remote_list(store, columns(listed), options, cache)
+    store, listed, missed = found
+    out = remote_list(store, columns(listed), options, cache)
+    if missed:  # counted and said, as a local glob's are (_file_list._case_glob)
+        out.other, out.other_said = len(missed), case_missed_said(len(missed), url, missed[0])
+    return out
 
 
 def is_url_pattern(url: str) -> bool:
@@ -67,9 +79,11 @@ def is_url_pattern(url: str) -> bool:
 
 def _glob_matches(
     url: str, options: Mapping[str, Any]
-) -> tuple[Any, list[tuple[str, int, str | None]]] | None:
-    """The store at a pattern's root, open, and the (key, size, ETag) of each object
-    it matches; ``None`` where it names an object or prefix as written."""
+) -> tuple[Any, list[tuple[str, int, str | None]], list[str]] | None:
+    """The store at a pattern's root, open, the (key, size, ETag) of each object it
+    matches, and the URLs it misses only by the case of its extension (``*.jpg``:
+    ``x.JPG``, which a prefix's listing reads; until 2026-12-07 left out unsaid, where a
+    local glob counted them); ``None`` where it names an object or prefix as written."""
     from headrace.io import ObjectStore
 
     base = glob_root(url)
@@ -83,13 +97,23 @@ def _glob_matches(
             return None
         wanted = escaped[len(base) + 1 :]
         listed = without_markers(store, [x for x in every if key_matches(x[0], wanted)])
+        either = either_case(wanted, "/")
+        missed = (
+            []
+            if either is None
+            else [
+                f"{base}/{k}"
+                for k, _, _ in every
+                if key_matches(k, either) and not key_matches(k, wanted)
+            ]
+        )
         if not listed:
             raise ObjectNotFoundError(
                 f"{url}: no objects match this glob pattern ({len(every):,} listed under "
                 f"{base}/); pass a pattern that matches the files, the prefix, or a list of "
-                "object URLs" + ESCAPE_HINT
+                "object URLs" + case_missed_hint(url, missed) + ESCAPE_HINT
             )
-        return store, listed
+        return store, listed, missed
     except BaseException:
         store.close()
         raise
@@ -261,13 +285,15 @@ def url_list(
     common_url_root(urls, "a dataset's files", named=True)  # (one bucket: before listing)
     rows: list[tuple[str, int, str | None]] = []  # (named URL, size, ETag)
     plain: list[tuple[str, str]] = []
+    missed: list[tuple[str, str]] = []  # (pattern, an object it missed by case)
     for named, given in pairs:
         found = _glob_matches(given, options) if is_url_pattern(given) else None
         if found is None:
             plain.append((named, given))
             continue
-        store, matched = found
+        store, matched, by_case = found
         store.close()
+        missed += [(given, m) for m in by_case]
         at = named_url(glob_root(given))
         rows += [(f"{at}/{k}", size, etag) for k, size, etag in matched]
     if plain:
@@ -282,4 +308,7 @@ def url_list(
     root = common_url_root([u for u, _, _ in rows], "a dataset's files", named=True)
     keys = [u[len(root) + 1 :] for u, _, _ in rows]
     listed = (keys, [s for _, s, _ in rows], [e for _, _, e in rows])
-    return remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)
+    out = remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)
+    if missed:  # as a list of local paths and globs says them (_file_list._expand)
+        out.other, out.other_said = len(missed), case_missed_said(len(missed), *missed[0])
+    return out

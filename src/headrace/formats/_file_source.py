@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import secrets
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -68,6 +69,44 @@ DEFAULT_HELD_BYTES = 4 << 30
 _MAX_SAMPLE = 2**63 - 1
 #: Each located sample's ``(file, item)``.
 Located = tuple[NDArray[np.int64], NDArray[np.int64]]
+
+#: The sources of this process by token (their copies in workers carry it), for the
+#: corrupt files that workers relay (:func:`merge_corrupt_news`).
+_BY_TOKEN: weakref.WeakValueDictionary[str, FileSource] = weakref.WeakValueDictionary()
+#: In a worker whose main process takes them (:func:`relay_corrupt`): per source token,
+#: the corrupt files found since last taken, and the samples replaced.
+_NEWS: dict[str, tuple[list[tuple[str, str]], int]] | None = None
+
+
+def relay_corrupt() -> None:
+    """Keep this process's corrupt files for :func:`take_corrupt_news`, not logged here:
+    a ``HeadraceDataLoader`` worker, whose main process merges them into its source
+    (they stayed in the worker's copy: the main process's ``corrupt_files`` was empty,
+    and ``replaced_samples`` 0, though files had been replaced)."""
+    global _NEWS
+    _NEWS = {}
+
+
+def take_corrupt_news() -> dict[str, tuple[list[tuple[str, str]], int]]:
+    """The corrupt files and replaced samples found since the last call (empty where
+    :func:`relay_corrupt` was not called)."""
+    global _NEWS
+    if not _NEWS:
+        return {}
+    news, _NEWS = _NEWS, {}
+    return news
+
+
+def merge_corrupt_news(news: dict[str, tuple[list[tuple[str, str]], int]]) -> None:
+    """In the main process: a worker's :func:`take_corrupt_news`, into the sources it
+    came from (logged, and counted against ``max_corrupt``, as without workers)."""
+    for token, (found, replaced) in news.items():
+        src = _BY_TOKEN.get(token)
+        if src is None:
+            continue  # the source is gone here (closed and freed)
+        src.replaced_samples += replaced
+        for name, why in found:
+            src._note_corrupt_named(name, why)
 
 
 def held_words() -> str:
@@ -127,6 +166,8 @@ class FileSource(Closing):
             config = FileSourceConfig(**options)
         elif options:
             raise ConfigError(f"pass options or config, not both (got {sorted(options)}).")
+        self._token = secrets.token_hex(8)  # its copies' corrupt files come back by it
+        _BY_TOKEN[self._token] = self
         self._open(files, config, store_options, None, None)
         if unnamed and config.decode:
             self._refuse_unnamed_raw()
@@ -813,6 +854,9 @@ class FileSource(Closing):
                     continue
                 picked[k], index[k] = got, r
                 self.replaced_samples += 1
+                if _NEWS is not None:
+                    found, replaced = _NEWS.get(self._token, ([], 0))
+                    _NEWS[self._token] = (found, replaced + 1)
             todo = left
             if not todo:
                 return
@@ -827,12 +871,16 @@ class FileSource(Closing):
         )
 
     def _note_corrupt(self, f: int, err: DataError) -> None:
-        name = self.files.name(f)
+        self._note_corrupt_named(self.files.name(f), str(err))
+
+    def _note_corrupt_named(self, name: str, why: str) -> None:
         if name in self.corrupt_files:
             return
-        why = str(err)
         self.corrupt_files[name] = why
-        log.warning("headrace: replacing the samples of a corrupt file: %s", why)
+        if _NEWS is not None:  # a worker's: said by its main process
+            _NEWS.setdefault(self._token, ([], 0))[0].append((name, why))
+        else:
+            log.warning("headrace: replacing the samples of a corrupt file: %s", why)
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))
         if len(self.corrupt_files) > allowed:
             listed = "; ".join(list(self.corrupt_files.values())[:5])
@@ -889,6 +937,7 @@ class FileSource(Closing):
             config = dataclasses.replace(config, labels="folders", classes=None)
         return {
             "args": (files, config, store_options),
+            "token": self._token,
             "listing": (f.keys, f.sizes, f.etags),
             "counts": counts,
             "heads": heads,
@@ -902,6 +951,8 @@ class FileSource(Closing):
         carried = state.get("heads")
         listing, at = state["listing"], state.get("listed_at")
         tar = state.get("tar_indexes")
+        self._token = state["token"]
+        _BY_TOKEN.setdefault(self._token, self)  # (a copy in the process of the original)
         self._open(
             files,
             config,

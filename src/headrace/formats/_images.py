@@ -224,9 +224,23 @@ def _empty_error(name: str, kind: str) -> FormatError:
     )
 
 
+def _meant(name: str) -> tuple[str, str, int, str]:
+    """What a file the JPEG decoder met was meant to be, by its name: ``format="image"``
+    decodes every ``.png`` and ``.webp`` here too (an empty or garbled ``x.png`` was told
+    it was "not a JPEG (nor a PNG)"). The format, the others read, the bytes to show of
+    its start, and the signature expected."""
+    ext = name.rpartition(".")[2].lower()
+    if ext == "png":
+        return "PNG", "a JPEG or WebP", 8, f"expected {_PNG_SIG!r}"
+    if ext == "webp":
+        return "WebP", "a JPEG or PNG", 12, "expected b'RIFF', a size, b'WEBP'"
+    return "JPEG", "a PNG", 4, "expected SOI marker ff d8"
+
+
 def _check_jpeg(view: memoryview, name: str) -> None:
+    kind, nor, shown, expected = _meant(name)
     if not len(view):
-        raise _empty_error(name, "JPEG")
+        raise _empty_error(name, kind)
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
         other = _other_format(view)
         # Pillow would decode these, but a GIF may be animated: its first frame alone
@@ -236,9 +250,11 @@ def _check_jpeg(view: memoryview, name: str) -> None:
             f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: "
             "re-encode it as one of them"
             if other
-            else ", expected SOI marker ff d8"
+            else f", {expected}"
         )
-        raise FormatError(f"{name}: not a JPEG (nor a PNG): starts with {bytes(view[:4])!r}{what}")
+        raise FormatError(
+            f"{name}: not a {kind} (nor {nor}): starts with {bytes(view[:shown])!r}{what}"
+        )
     # Writers may pad with NULs after EOI; any other tail means a cut-off file.
     end = len(view)
     if view[end - 1] == 0:

@@ -60,7 +60,21 @@ def source_lock(source: object) -> threading.Lock:
 
 
 def _renew(source: Any) -> None:
-    """Make ``source`` what a worker process receives: no windows, reads or threads."""
+    """Make ``source`` what a worker process receives: no windows, reads or threads.
+
+    A source with ``__setstate__`` is set up again in place, from its pickled state: its
+    parts may call back through a weak reference to it (a ``FileSource``'s fetch window),
+    which, moved over from a copy, named the copy, gone at once (``ReferenceError`` at
+    the first read of a stock ``DataLoader``'s forked worker, until 2026-12-07)."""
+    setstate = getattr(source, "__setstate__", None)
+    if setstate is not None and hasattr(source, "__dict__"):
+        try:
+            state = pickle.loads(pickle.dumps(source.__getstate__()))
+        except Exception:
+            return
+        source.__dict__.clear()
+        setstate(state)
+        return
     try:
         fresh = pickle.loads(pickle.dumps(source))
     except Exception:
