@@ -471,9 +471,10 @@ def test_a_batch_the_sharding_does_not_divide_is_refused_clearly(root: Path) -> 
         JaxLoader(token_source(root), batch_size=6, sharding=batch_sharding())
     msg = str(exc.value)
     assert msg.startswith("a global batch of 6 rows cannot be laid out by sharding NamedSharding(")
-    assert "partitioned 4 times, but the dimension size is 6 (full shape: (6,)," in msg
+    assert "it splits the batch axis 4 ways, which do not divide 6" in msg
+    assert "a multiple of 4 (4 or 8;" in msg
     assert "5040" not in msg
-    assert msg.endswith("give a batch size that the sharding's batch axis divides.")
+    assert msg.endswith("the other mesh axes replicate it).")
 
 
 def test_rank_and_world_size_are_the_shardings_to_say(root: Path) -> None:

@@ -87,6 +87,7 @@ def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict
     method = "devices_indices_map" if everywhere else "addressable_devices_indices_map"
     last: Exception | None = None
     indivisible: Exception | None = None
+    split: int | None = None  # how many ways the sharding splits the batch axis
     for ndim in range(1, 9):
         try:
             shape = (batch_size,) + (other,) * (ndim - 1)
@@ -98,14 +99,49 @@ def _index_map(sharding: Any, batch_size: int, everywhere: bool = False) -> dict
             # batch itself does not: report that one, not the placeholders of the last.
             if indivisible is None and type(exc).__name__ == "IndivisibleError":
                 indivisible = exc
+                split = _batch_split(sharding, (other,) * ndim)
             continue
     if indivisible is not None:
-        raise ConfigError(
-            f"a global batch of {batch_size} rows cannot be laid out by sharding "
-            f"{sharding!r}: {indivisible}; give a batch size that the sharding's batch "
-            "axis divides."
-        ) from indivisible
+        raise _indivisible(sharding, batch_size, split, devices, indivisible) from indivisible
     raise ConfigError(f"cannot read the batch rows of sharding {sharding!r}: {last}")
+
+
+def _batch_split(sharding: Any, shape: tuple[int, ...]) -> int | None:
+    """How many ways ``sharding`` splits the batch axis (of a ``shape`` every split
+    divides), or ``None`` where it cannot tell."""
+    every = getattr(sharding, "devices_indices_map", None)  # else a duck-typed one's own
+    method = every or sharding.addressable_devices_indices_map
+    try:
+        indices = method(shape).values()
+    except (ValueError, TypeError, IndexError):
+        return None
+    return len({(s.start, s.stop) for s in (i[0] for i in indices if i)}) or None
+
+
+def _indivisible(
+    sharding: Any, batch_size: int, split: int | None, devices: int, exc: Exception
+) -> ConfigError:
+    """The refusal of a batch the sharding's split of its batch axis does not divide,
+    naming the split, the batch sizes near this one it divides, and the splits that
+    divide this one (a run resumed on another device count keeps its batch size so):
+    jax's own error named the sharding twice and none of them."""
+    if split is None:  # not read off the sharding: jax's error says it
+        return ConfigError(
+            f"a global batch of {batch_size} rows cannot be laid out by sharding "
+            f"{sharding!r}: {exc}; give a batch size that the sharding's batch axis divides."
+        )
+    below = batch_size // split * split
+    sizes = f"{below} or {below + split}" if below else f"{split}"
+    ways = [str(d) for d in range(1, max(devices, 1) + 1) if batch_size % d == 0]
+    listed = f"{', '.join(ways[:-1])} or {ways[-1]}" if len(ways) > 1 else ways[0]
+    return ConfigError(
+        f"a global batch of {batch_size} rows cannot be laid out by sharding {sharding!r}: "
+        f"it splits the batch axis {split} ways, which do not divide {batch_size}. Give a "
+        f"batch size that is a multiple of {split} ({sizes}; a state saved with another "
+        f"batch size resumes at its first sample not read), or a mesh that splits it "
+        f"{listed} ways (the sizes of the mesh axes the PartitionSpec names for the batch "
+        "axis, multiplied; the other mesh axes replicate it)."
+    )
 
 
 def _rows(indices: Any, batch_size: int) -> list[tuple[int, int]]:
