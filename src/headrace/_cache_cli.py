@@ -151,7 +151,10 @@ def _damage(path: str, st: os.stat_result) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
     try:
         n = st.st_size - TRAILER.size
-        magic, kept, length = TRAILER.unpack(os.pread(fd, TRAILER.size, n))
+        tail = os.pread(fd, TRAILER.size, n)
+        if len(tail) < TRAILER.size:  # cut short since it was listed: its trailer gone
+            return ""
+        magic, kept, length = TRAILER.unpack(tail)
         if magic not in (MAGIC, MAGIC_V1) or length != n:
             # No trailer: a file named as an entry that is not the cache's (a git
             # object), left alone as a prune leaves it (counted as not the cache's).

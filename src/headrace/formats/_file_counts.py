@@ -132,13 +132,12 @@ def _count_one(
     files: FileList,
     i: int,
     queue: RequestQueue | None,
-    whole: bool = True,
 ) -> tuple[int, int, int, bytes | TarIndex | None]:
     """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
     (tar) its index or (TFRecord, ArrayRecord) its record or chunk index (TFRecord: each
-    record's data offset, then    length, as int64). ``whole``: a tar shard's samples
-    must each hold the fields asked (else, under ``on_corrupt="replace"``, a sample
-    lacking one is replaced when read, its shard's others read)."""
+    record's data offset, then    length, as int64). A tar shard where a sample
+    lacks a field asked is refused here (under ``on_corrupt="replace"`` counted 0 and
+    named: a shard is judged whole there, as its reads would judge it)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(files, i)
@@ -163,7 +162,7 @@ def _count_one(
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         elif fmt.name == "tar":
             index = tar_index(f.at, size, name)
-            if datasets and whole:  # a sample lacking a field asked: refused now, not hours in
+            if datasets:  # a sample lacking a field asked: refused now, not hours in
                 check_fields(index, datasets, name)
             n, head = len(index), index  # kept: the reads need not walk it again
         elif fmt.name in ("tfrecord", "array_record"):
@@ -230,7 +229,7 @@ def header_counts(
 
     def job(i: int) -> None:
         nonlocal kept_bytes
-        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue, corrupt is None)
+        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue)
         counts[i] = c
         with lock:
             stats.reads += reads

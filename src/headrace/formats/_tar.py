@@ -379,8 +379,8 @@ def check_fields(index: TarIndex, fields: Sequence[str], name: str) -> None:
                 or (
                     f"; read without {field!r} if the run does not need it (leave it out of "
                     "datasets), write the shards again without such samples, or pass "
-                    "on_corrupt='replace' (each such sample is then replaced by another when "
-                    "read, and named)"
+                    "on_corrupt='replace' (a shard is judged whole there: each such shard is "
+                    "then left out of the run, and named)"
                 )
             )
         )
