@@ -27,7 +27,7 @@ from headrace.torch._dataset import TorchDataset
 from headrace.torch._fork_server import preload
 from headrace.torch._ragged import RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch, from_numpy, pinnable, tensorable, to_tensors
-from headrace.torch._wrappers import lightning_evaluation, lightning_prefetched
+from headrace.torch._wrappers import lightning_prefetched
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
 
@@ -241,10 +241,6 @@ class HeadraceDataLoader(Closing):
             _start_fork_server(self.context)
         self._workers: WorkerBatches | None = None
         self._generation = 0  # bumped by iter() and load_state_dict(): older iterators stop
-        # The Lightning evaluation whose loop began the last iteration (its trainer, the
-        # stage, and where this loader stood before: its step, and whether an iteration
-        # had moved it), while it may matter (:meth:`_by_lightning`).
-        self._evaluation: tuple[weakref.ref[Any], object, int, bool] | None = None
 
     @property
     def prefetch_factor(self) -> int | None:
@@ -265,13 +261,15 @@ class HeadraceDataLoader(Closing):
         began). For a scheduler's total (``OneCycleLR``'s ``total_steps``), use
         ``dataset.steps``: after a resume this is what remains."""
         ds = self.dataset
-        return remaining_steps(self._next_start(), ds.steps)
+        return remaining_steps(ds._next_start(), ds.steps)
 
     def __bool__(self) -> bool:
         return True
 
     def __iter__(self) -> Iterator[TensorBatch | RaggedTensorBatch]:
-        self._by_lightning()
+        # A Lightning evaluation starts where the loader stood before the last one
+        # (TorchDataset._by_lightning): every validation over steps= sees the same batches.
+        self.dataset._by_lightning(self.load_state_dict)
         # Said at iter(), not at the first next(): Lightning's fit loop makes the iterator
         # of each of max_epochs epochs, and asks an empty one for nothing.
         moved = self.dataset._went  # an iteration left it there, no state loaded since
@@ -280,71 +278,14 @@ class HeadraceDataLoader(Closing):
         self.dataset._live = weakref.ref(batches)
         return batches
 
-    def _by_lightning(self) -> None:
-        """Note the Lightning evaluation this iteration is for, if any; once the last
-        one is over, first put the loader back where it stood before that one.
-
-        Lightning makes a new iterator for each evaluation, and its own loaders start
-        each at their first batch; it keeps the last one's iterator until then. A val
-        loader over ``steps=`` went on from where the last validation stopped: the
-        first validation took its batches and the next ones got none ("this iteration
-        yields nothing"); over ``steps=None``, each validation got the stream's next
-        batches. A sanity check throws its batches away: after one of
-        ``num_sanity_val_steps=2``, an exact pass's state named step 2 (a state saved
-        mid-training and loaded outside Lightning left out its first 2 batches), and a
-        ``steps=`` loader's first validation began there."""
-        found = lightning_evaluation()
-        last = self._evaluation
-        if (
-            found is not None
-            and last is not None
-            and last[0]() is found[0]
-            and last[1] == found[1]
-            and self.step == last[2]
-        ):
-            # That evaluation's iter() again, no batch taken since (Lightning checks that
-            # the loader iterates before its fetcher iterates it; a later evaluation of
-            # the same stage finds the loader moved): the first iterator, which took
-            # nothing, moved nothing (an exact pass whose state was loaded at step 1
-            # began the sanity check at step 0).
-            self.dataset._went = last[3]
-            return
-        before = self._before_evaluation()
-        if before is not None and before != (self.step, self.dataset._went):
-            step, went = before
-            self.load_state_dict(self.dataset.state_at(step))
-            self.dataset._went = went
-        if found is None:
-            self._evaluation = None
-            return
-        trainer, stage = found
-        self._evaluation = (weakref.ref(trainer), stage, self.step, self.dataset._went)
-
-    def _before_evaluation(self) -> tuple[int, bool] | None:
-        """Where the loader stood before the Lightning evaluation that began its last
-        iteration: its step, and whether an iteration had moved it (after a sanity
-        check, as it was; after any other evaluation, one had: an exact pass starts
-        over)."""
-        if self._evaluation is None:
-            return None
-        _, stage, step, went = self._evaluation
-        return step, went or getattr(stage, "value", None) != "sanity_check"
-
-    def _next_start(self) -> int:
-        """The step the next iteration starts at: where the last Lightning evaluation
-        began, if one began the last iteration (Lightning asks each evaluation's
-        ``len()`` before its ``iter()``), else the consumer's step (0 for an exact pass
-        over or left part way)."""
-        ds = self.dataset
-        step, went = self._before_evaluation() or (self.step, ds._went)
-        return starts_at(step, ds.steps, ds.epochs, went)
-
     def _iterate(self, moved: bool) -> Iterator[TensorBatch | RaggedTensorBatch]:
         ds = self.dataset
         ds._check_ranks()
         # A finished or broken-off exact pass (epochs=) starts over: each evaluation is
         # the whole pass.
+        evaluation = ds._evaluation  # (kept: this load is no state of the user's)
         ds.load_state_dict(ds.state_at(starts_at(self.step, ds.steps, ds.epochs, moved)))
+        ds._evaluation = evaluation
         if self.num_workers:
             # The last iteration's workers, kept if persistent (before the generation is taken).
             self._stop(keep_workers=self.persistent_workers)
@@ -481,8 +422,8 @@ class HeadraceDataLoader(Closing):
         Under a Lightning fit loop, a batch its fetcher has taken ahead of the training
         step (from a loader without ``len()``) counts as not received."""
         ds = self.dataset
-        if self._before_evaluation() is not None:  # where Lightning's next evaluation starts
-            return ds.state_at(self._next_start())
+        if ds._before_evaluation() is not None:  # where Lightning's next evaluation starts
+            return ds.state_at(ds._next_start())
         # An exact pass a loop has left part way names step 0, where the next iteration
         # starts (TorchDataset._resumes_at).
         return ds.state_at(ds._resumes_at(self.step - lightning_prefetched(self)))
@@ -490,7 +431,6 @@ class HeadraceDataLoader(Closing):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from the saved step; an iterator already running raises StateError."""
         self.dataset.load_state_dict(state)
-        self._evaluation = None  # a sanity check before it is not undone over it
         # The workers of a running iteration would go on filling their rings (persistent
         # ones only until their slots are full: the next iter() tells them the new start).
         self._stop(keep_workers=self.persistent_workers)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.context import get_spawning_popen
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,7 +43,7 @@ from headrace.torch._lifeline import Lifeline
 from headrace.torch._mailbox import Mailbox
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
-from headrace.torch._wrappers import refuse_wrappers
+from headrace.torch._wrappers import lightning_evaluation, refuse_wrappers
 
 __all__ = ["TorchDataset"]
 
@@ -171,6 +171,13 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # The main process's last iteration of it (its own, or a HeadraceDataLoader's),
         # while its iterator lives (:meth:`_resumes_at`).
         self._live: weakref.ref[Any] | None = None
+        # The Lightning evaluation whose loop began the main process's last iteration (its
+        # trainer, the stage, and where the dataset stood before: its step, and whether an
+        # iteration had moved it), while it may matter (:meth:`_by_lightning`).
+        self._evaluation: tuple[weakref.ref[Any], object, int, bool] | None = None
+        # A spawn or forkserver worker's copy, pickled for an iteration that a Lightning
+        # evaluation began (:meth:`_in_evaluation`).
+        self._evaluating = False
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -195,8 +202,12 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         ``StatefulDataLoader`` saves per worker); with ``num_workers=0`` it is
         the consumer's step. In a main process whose workers do the reading it
         is only the start step: count the consumer's steps with
-        :class:`HeadraceDataLoader` instead.
+        :class:`HeadraceDataLoader` instead. After a Lightning evaluation, where the
+        next one starts (:meth:`_by_lightning`).
         """
+        if get_worker_info() is None and self._before_evaluation() is not None:
+            start = self._next_start()
+            return {**self.state_at(start), "phase": start}
         if self._loader is None:
             if get_worker_info() is None and self._mailbox.worked():
                 # The checkpoint it went into resumed there: a preempted job trained on
@@ -259,6 +270,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._loaded = True
         self._loads += 1
         self._went = False  # a resume (at the run's end, too), not a loop gone round
+        self._evaluation = None  # a sanity check before it is not undone over it
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
@@ -318,8 +330,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         """Batches the next iteration yields: from the step ``state_dict()`` names to
         ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
         its ``len()`` from here."""
-        start = starts_at(self._position(), self.steps, self.epochs, self._went)
-        return remaining_steps(start, self.steps)
+        return remaining_steps(self._next_start(), self.steps)
 
     def __bool__(self) -> bool:
         return True
@@ -376,10 +387,81 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 "pages do not survive a DataLoader worker queue; use "
                 "DataLoader(pin_memory=True) with num_workers > 0."
             )
+        if get_worker_info() is None:  # (a worker's copy starts where this one stands)
+            self._by_lightning(self.load_state_dict)
         batches = self._tensors(self.iter_arrays())
         if get_worker_info() is None:
             self._live = weakref.ref(batches)
         return batches
+
+    def _by_lightning(self, load: Callable[[dict[str, Any]], None]) -> None:
+        """Note the Lightning evaluation the main process's iteration is for, if any (a
+        :class:`HeadraceDataLoader`'s, or a stock DataLoader's without workers); once the
+        last one is over, first put the dataset back where it stood before that one,
+        through ``load`` (the loader's ``load_state_dict``, which stops its workers too).
+
+        Lightning makes a new iterator for each evaluation, and its own loaders start
+        each at their first batch; it keeps the last one's iterator until then. A val
+        loader over ``steps=`` went on from where the last validation stopped: the
+        first validation took its batches and the next ones got none ("this iteration
+        yields nothing"); over ``steps=None``, each validation got the stream's next
+        batches. A sanity check throws its batches away: after one of
+        ``num_sanity_val_steps=2``, an exact pass's state named step 2 (a state saved
+        mid-training and loaded outside Lightning left out its first 2 batches), and a
+        ``steps=`` loader's first validation began there. (A stock DataLoader's workers
+        start where this dataset stands, which its evaluations move not.)"""
+        found = lightning_evaluation()
+        last = self._evaluation
+        if (
+            found is not None
+            and last is not None
+            and last[0]() is found[0]
+            and last[1] == found[1]
+            and self._position() == last[2]
+        ):
+            # That evaluation's iter() again, no batch taken since (Lightning checks that
+            # the loader iterates before its fetcher iterates it; a later evaluation of
+            # the same stage finds the loader moved): the first iterator, which took
+            # nothing, moved nothing (an exact pass whose state was loaded at step 1
+            # began the sanity check at step 0).
+            self._went = last[3]
+            return
+        before = self._before_evaluation()
+        if before is not None and before != (self._position(), self._went):
+            step, went = before
+            load(self.state_at(step))
+            self._went = went
+        if found is None:
+            self._evaluation = None
+            return
+        trainer, stage = found
+        self._evaluation = (weakref.ref(trainer), stage, self._position(), self._went)
+
+    def _before_evaluation(self) -> tuple[int, bool] | None:
+        """Where the dataset stood before the Lightning evaluation that began the main
+        process's last iteration: its step, and whether an iteration had moved it (after a
+        sanity check, as it was; after any other evaluation, one had: an exact pass starts
+        over)."""
+        if self._evaluation is None:
+            return None
+        _, stage, step, went = self._evaluation
+        return step, went or getattr(stage, "value", None) != "sanity_check"
+
+    def _next_start(self) -> int:
+        """The step the next iteration starts at: where the last Lightning evaluation
+        began, if one began the last iteration (Lightning asks each evaluation's
+        ``len()`` before its ``iter()``), else the consumer's step (0 for an exact pass
+        over or left part way)."""
+        step, went = self._before_evaluation() or (self._position(), self._went)
+        return starts_at(step, self.steps, self.epochs, went)
+
+    def _in_evaluation(self) -> bool:
+        """In a stock DataLoader's worker: whether its iterations serve a Lightning
+        evaluation, which starts where the last one began by design (Lightning's own
+        loaders do). Found up the stack of a forked worker (it holds the frames of the
+        main process's ``iter()`` that started it), or noted when the copy was pickled
+        for a spawn or forkserver worker (:meth:`__getstate__`)."""
+        return self._evaluating or lightning_evaluation() is not None
 
     def _tensors(
         self, arrays: Iterator[Batch], pin_memory: bool | None = None
@@ -463,6 +545,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # Worker 0 of a stock DataLoader's workers watches for an epoch loop given the
         # last iteration's batches again (an exact pass is the same pass by design).
         again = info is not None and info.id == 0 and not loaded and self.epochs is None
+        # (Each Lightning evaluation's workers giving the same batches is no repeat.)
+        again = again and not self._in_evaluation()
         return self._generate(loader, watch=again, worker=info is not None)
 
     def end(self) -> dict[str, Any]:
@@ -521,7 +605,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # A worker gets the config and start step, never a running loader.
         self._read_on(in_worker=get_worker_info() is not None)
         state = dict(self.__dict__)
-        state["_loader"] = state["_live"] = None
+        state["_loader"] = state["_live"] = state["_evaluation"] = None  # (a weakref)
+        if get_spawning_popen() is not None:  # a worker's start, inside the loader's iter()
+            state["_evaluating"] = lightning_evaluation() is not None
         if get_spawning_popen() is None:  # a copy (pickle, copy.copy): another dataset
             state["_mailbox"] = Mailbox()
         return state
