@@ -110,11 +110,12 @@ from headrace.formats import TokenSource
 from headrace.torch import HeadraceDataLoader, TorchDataset
 
 tokens = TokenSource(sys.argv[1], context=8, dtype="uint16")
+if sys.argv[2] == "none,fork":  # no workers first: it made no arena, fork finds none
+    with HeadraceDataLoader(TorchDataset(tokens, batch_size=4, seed=0, steps=3)) as dl:
+        n = sum(1 for _ in dl)  # no worker processes: nothing needs /dev/shm
+    print("batches", n, flush=True)  # read and closed
+    sys.argv[2] = "fork"
 ds = TorchDataset(tokens, batch_size=4, seed=0, steps=3)
-if sys.argv[2] == "none":
-    with HeadraceDataLoader(ds) as dl:  # no worker processes: nothing needs /dev/shm
-        print("batches", sum(1 for _ in dl))
-    sys.exit()
 if sys.argv[2] == "headrace":  # its workers hand batches over in shared memory
     with HeadraceDataLoader(ds, num_workers=2) as dl:
         print("batches", sum(1 for _ in dl))
@@ -149,24 +150,37 @@ def _shm_denied(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_dataset_without_workers_needs_no_dev_shm(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def none_then_fork(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """:data:`_SHM_DENIED` without workers, then with forked ones, in one process (one
+    torch import fewer): the first makes no arena of the heap, so the second starts as
+    it would in a process of its own."""
+    return _shm_denied(tmp_path_factory.mktemp("shm"), "none,fork")
+
+
+def test_a_dataset_without_workers_needs_no_dev_shm(
+    none_then_fork: subprocess.CompletedProcess[str],
+) -> None:
     # A job whose uid cannot create files in /dev/shm (mounted 0755 root, as some HPC
     # nodes and hardened containers do): TorchDataset(...) raised PermissionError from
     # multiprocessing's heap, with num_workers=0, which needs no shared memory at all.
     # Fault injection (tempfile.mkstemp raising EACCES under /dev/shm): root creates
     # files there whatever the mode.
-    done = _shm_denied(tmp_path, "none")
-    assert done.returncode == 0 and "batches 3" in done.stdout, done.stderr[-2000:]
+    done = none_then_fork
+    assert "batches 3" in done.stdout, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("mode", ["allowed", "fork"])
 def test_forked_persistent_workers_follow_a_loaded_state_without_the_heap(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, request: pytest.FixtureRequest
 ) -> None:
     # The stand-in for the heap (an anonymous shared map) is shared with forked workers:
     # a state loaded between epochs still reaches persistent workers ("allowed": the
-    # heap, as before).
-    done = _shm_denied(tmp_path, mode)
+    # heap, as before). "fork" runs after the no-workers case, in its process.
+    if mode == "fork":
+        done = request.getfixturevalue("none_then_fork")
+    else:
+        done = _shm_denied(tmp_path, mode)
     assert done.returncode == 0 and "resumed" in done.stdout, done.stderr[-2000:]
 
 

@@ -399,35 +399,47 @@ def test_keyboard_interrupt_in_the_loop_body_leaves_nothing(
         kill_left(pids, pid_exited)
 
 
-@pytest.mark.parametrize("closed", [True, False], ids=["closed", "not-closed"])
-@pytest.mark.parametrize("workers", [0, 2, "2-persistent"])
-def test_a_script_ending_with_an_iterator_held_exits_quietly(
-    root: Path, tmp_path: Path, closed: bool, workers: int | str
-) -> None:
-    # The iterator is a module global: Python finalises it at shutdown, after tearing
+#: The loaders of test_a_script_ending_with_an_iterator_held_exits_quietly: 0 workers, 2,
+#: and 2 persistent ones with two iterations broken off (the workers wait idle), each
+#: closed before the script ends and not.
+HELD = [(workers, closed) for workers in (0, 2, "2-persistent") for closed in (True, False)]
+
+
+def test_a_script_ending_with_an_iterator_held_exits_quietly(root: Path, tmp_path: Path) -> None:
+    # Each iterator is a module global: Python finalises it at shutdown, after tearing
     # modules down; its close() then failed ("Exception ignored ... sys.meta_path is
     # None" without workers), and with workers multiprocessing's exit handler had
     # SIGTERMed a worker before it unlinked its ring (the resource tracker's "leaked
-    # shared_memory objects" warning). Both now close at exit, before either.
-    make = f"    dl = ht.HeadraceDataLoader(ds, num_workers={workers})\n"
-    if workers == "2-persistent":  # two iterations broken off: the workers wait idle
-        make = (
-            "    dl = ht.HeadraceDataLoader(ds, num_workers=2, persistent_workers=True)\n"
-            "    for _epoch in range(2):\n"
-            "        next(iter(dl))\n"
+    # shared_memory objects" warning). Both now close at exit, before either. The six
+    # loaders end in one script, one torch import and forkserver, not six (74 -> 8-17 s
+    # at load 8, 2c, 2026-12-07); it still fails without either of headrace's two exit
+    # handlers (pipeline._shutdown's: a hang; _shm_ring's: the resource tracker's warning).
+    lines = [
+        "from pathlib import Path\n",
+        "from _adapter_data import BATCH, token_source\n",
+        "from headrace import torch as ht\n",
+        "if __name__ == '__main__':\n",
+    ]
+    for workers, closed in HELD:
+        name = f"{str(workers).replace('-', '_')}_{'closed' if closed else 'open'}"
+        # A dataset each: one closed loader's close() would close a shared source's reads.
+        lines.append(
+            f"    ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH)\n"
         )
+        if workers == "2-persistent":
+            lines += [
+                f"    dl_{name} = ht.HeadraceDataLoader(ds, num_workers=2, "
+                "persistent_workers=True)\n",
+                "    for _epoch in range(2):\n",
+                f"        next(iter(dl_{name}))\n",
+            ]
+        else:
+            lines.append(f"    dl_{name} = ht.HeadraceDataLoader(ds, num_workers={workers})\n")
+        lines += [f"    it_{name} = iter(dl_{name})\n", f"    next(it_{name})\n"]
+        if closed:
+            lines.append(f"    dl_{name}.close()\n")
     script = tmp_path / "held.py"
-    script.write_text(
-        "from pathlib import Path\n"
-        "from _adapter_data import BATCH, token_source\n"
-        "from headrace import torch as ht\n"
-        "if __name__ == '__main__':\n"
-        f"    ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH)\n"
-        + make
-        + "    it = iter(dl)\n"
-        + "    next(it)\n"
-        + ("    dl.close()\n" if closed else "")
-    )
+    script.write_text("".join(lines))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
