@@ -19,6 +19,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 Image = pytest.importorskip("PIL.Image")
 
+# jax (imported by test_jax.py in the same pytest process) warns at every fork; the
+# stock DataLoader's forked workers here never touch jax.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 from headrace.formats import FileSource  # noqa: E402
 from headrace.torch import HeadraceDataLoader, TorchDataset  # noqa: E402
 

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import secrets
+import threading
 import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -76,25 +77,63 @@ _BY_TOKEN: weakref.WeakValueDictionary[str, FileSource] = weakref.WeakValueDicti
 #: In a worker whose main process takes them (:func:`relay_corrupt`): per source token,
 #: the corrupt files found since last taken, and the samples replaced.
 _NEWS: dict[str, tuple[list[tuple[str, str]], int]] | None = None
+#: Held to note news and to take them: the loader's read-ahead thread notes them while the
+#: thread handing batches over takes them (a file noted between the two steps of a take
+#: went with neither, a replaced sample counted twice).
+_NEWS_LOCK = threading.Lock()
+
+
+def _new_news_lock() -> None:
+    global _NEWS_LOCK
+    _NEWS_LOCK = threading.Lock()  # a parent's thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_new_news_lock)
 
 
 def relay_corrupt() -> None:
     """Keep this process's corrupt files for :func:`take_corrupt_news`, not logged here:
-    a ``HeadraceDataLoader`` worker, whose main process merges them into its source
-    (they stayed in the worker's copy: the main process's ``corrupt_files`` was empty,
-    and ``replaced_samples`` 0, though files had been replaced)."""
+    a ``HeadraceDataLoader`` worker, or a stock ``DataLoader``'s over a ``TorchDataset``,
+    whose main process merges them into its source (they stayed in the worker's copy: the
+    main process's ``corrupt_files`` was empty, and ``replaced_samples`` 0, though files
+    had been replaced). Again in the same process, nothing: news not yet taken stay."""
     global _NEWS
-    _NEWS = {}
+    with _NEWS_LOCK:
+        if _NEWS is None:
+            _NEWS = {}
 
 
 def take_corrupt_news() -> dict[str, tuple[list[tuple[str, str]], int]]:
     """The corrupt files and replaced samples found since the last call (empty where
     :func:`relay_corrupt` was not called)."""
     global _NEWS
-    if not _NEWS:
-        return {}
-    news, _NEWS = _NEWS, {}
-    return news
+    with _NEWS_LOCK:
+        if not _NEWS:
+            return {}
+        news, _NEWS = _NEWS, {}
+        return news
+
+
+def _relay(token: str, found: tuple[str, str] | None = None, replaced: int = 0) -> bool:
+    """Note a corrupt file or replaced samples for :func:`take_corrupt_news`; ``False``
+    where this process relays nothing (its own sources say them)."""
+    if _NEWS is None:
+        return False  # (set once, before this process reads)
+    with _NEWS_LOCK:
+        files, count = _NEWS.get(token, ([], 0))
+        if found is not None:
+            files.append(found)
+        _NEWS[token] = (files, count + replaced)
+        return True
+
+
+def say_corrupt_news(news: dict[str, tuple[list[tuple[str, str]], int]]) -> None:
+    """In the worker that found them: :func:`take_corrupt_news` that no batch is left to
+    carry to the main process (an iteration broken off or failed), logged here, as
+    without a main process to take them."""
+    for found, _ in news.values():
+        for _, why in found:
+            log.warning("headrace: replacing the samples of a corrupt file: %s", why)
 
 
 def merge_corrupt_news(news: dict[str, tuple[list[tuple[str, str]], int]]) -> None:
@@ -854,9 +893,7 @@ class FileSource(Closing):
                     continue
                 picked[k], index[k] = got, r
                 self.replaced_samples += 1
-                if _NEWS is not None:
-                    found, replaced = _NEWS.get(self._token, ([], 0))
-                    _NEWS[self._token] = (found, replaced + 1)
+                _relay(self._token, replaced=1)
             todo = left
             if not todo:
                 return
@@ -877,9 +914,7 @@ class FileSource(Closing):
         if name in self.corrupt_files:
             return
         self.corrupt_files[name] = why
-        if _NEWS is not None:  # a worker's: said by its main process
-            _NEWS.setdefault(self._token, ([], 0))[0].append((name, why))
-        else:
+        if not _relay(self._token, (name, why)):  # (a worker's: said by its main process)
             log.warning("headrace: replacing the samples of a corrupt file: %s", why)
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))
         if len(self.corrupt_files) > allowed:

@@ -25,6 +25,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from headrace._warn import warn_user
 from headrace.errors import ConfigError, StateError
+from headrace.formats._file_source import relay_corrupt, say_corrupt_news, take_corrupt_news
 from headrace.pipeline import DEFAULT_CHUNK_STEPS, Batch, Loader, Source, Transform
 from headrace.pipeline._loader_args import launched
 from headrace.pipeline._passes import starts_at
@@ -40,7 +41,7 @@ from headrace.torch._batching import (
 from headrace.torch._dist import dist_rank_world
 from headrace.torch._fork_server import preload_if_forking
 from headrace.torch._lifeline import Lifeline
-from headrace.torch._mailbox import Mailbox
+from headrace.torch._mailbox import Mailbox, Relayed
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
 from headrace.torch._wrappers import lightning_evaluation, refuse_wrappers
@@ -471,22 +472,29 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         pin = self.pin_memory if pin_memory is None else pin_memory
         # In a worker, x and y of one storage go into shared memory once, not twice.
         share = get_worker_info() is not None
+        if share:  # (before its first read) its corrupt files go with its batches
+            relay_corrupt()
         loader = self._loader  # made by iter_arrays(), before this generator runs
-        while True:
-            at = None if loader is None else loader.step  # the step of the next batch
-            batch = next(arrays, None)
-            if batch is None:
-                return
-            try:
-                out = self._as_tensors(batch, pin_memory=pin, share=share)
-            except BaseException:
-                # The loader counts a step read once it hands the batch over; this one
-                # never reached the caller (Ctrl-C while pinning, out of memory), so a
-                # state saved now must resume at it, not after it (as JaxLoader does).
-                if loader is not None and at is not None:
-                    loader.step = at
-                raise
-            yield out
+        try:
+            while True:
+                at = None if loader is None else loader.step  # the step of the next batch
+                batch = next(arrays, None)
+                if batch is None:
+                    return
+                try:
+                    out = self._as_tensors(batch, pin_memory=pin, share=share)
+                except BaseException:
+                    # The loader counts a step read once it hands the batch over; this one
+                    # never reached the caller (Ctrl-C while pinning, out of memory), so a
+                    # state saved now must resume at it, not after it (as JaxLoader does).
+                    if loader is not None and at is not None:
+                        loader.step = at
+                    raise
+                news = take_corrupt_news() if share else None
+                yield Relayed(out, news) if news else out
+        finally:
+            if share:  # no batch left to carry them (a failed or abandoned iteration)
+                say_corrupt_news(take_corrupt_news())
 
     def _as_tensors(
         self, batch: Batch, *, pin_memory: bool = False, share: bool = False

@@ -10,6 +10,10 @@ ignored, and the persistent workers started again where the main process had sto
 when they started (step 0: the run's first steps again), where new workers started at
 the loaded step. The main process posts its position here at each change; a worker's
 later iterations start at the last post, as new workers would.
+
+The workers' way back is their batches: a batch carries the corrupt files its worker
+replaced since its last one (:class:`Relayed`), merged into the main process's sources
+as it arrives there (see its docstring for why not a channel beside the batches).
 """
 
 from __future__ import annotations
@@ -21,9 +25,13 @@ from multiprocessing import heap, reduction
 from multiprocessing.context import get_spawning_popen
 from typing import Any
 
-from headrace._ring_worker import no_shm
+from torch._utils import ExceptionWrapper
 
-__all__ = ["Mailbox"]
+from headrace._ring_worker import no_shm
+from headrace.errors import DataError
+from headrace.formats._file_source import merge_corrupt_news
+
+__all__ = ["Mailbox", "Relayed"]
 
 # The cells: a count of posts, then the start step, phase, seed and origin (-1 without);
 # then, written by the workers, the step their last iteration's batches began at and the
@@ -160,3 +168,43 @@ def _shared(size: int, fd: Any, start: int, seen: int, owner: int) -> Mailbox:
     box._cells = memoryview(whole)[start : start + _BYTES].cast("q")
     box._seen, box._owner = seen, owner
     return box
+
+
+CorruptNews = dict[str, tuple[list[tuple[str, str]], int]]
+
+
+class Relayed(dict[str, Any]):
+    """A stock DataLoader worker's batch and the corrupt files its worker replaced since
+    its last batch (``take_corrupt_news``): unpickled in the main process as the plain
+    batch, the files merged into the sources there (``merge_corrupt_news``: logged once
+    there and counted against ``max_corrupt``, as without workers). Without it each
+    worker's copy kept its own: the main process's ``corrupt_files`` stayed ``{}``.
+
+    The batch, not a channel beside it: its own queue brings it to the main process, at
+    once, whatever the start method, and with nothing of ours to drain there (a stock
+    DataLoader runs none of the dataset's code in the main process while it iterates);
+    a file is listed by the time the batch it was replaced for is in the loop's hands."""
+
+    def __init__(self, batch: dict[str, Any], news: CorruptNews) -> None:
+        super().__init__(batch)
+        self.news = news
+
+    def __copy__(self) -> Relayed:
+        # The worker's collate (default_convert) copies the batch: the news go on with it.
+        return Relayed(self, self.news)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_arrived, (dict(self), self.news))
+
+
+def _arrived(batch: dict[str, Any], news: CorruptNews) -> Any:
+    """A :class:`Relayed` batch in the process that unpickles it (the DataLoader's main
+    thread, or its pin-memory thread): its news merged, the batch as it was. A merge over
+    ``max_corrupt`` comes as the worker's own errors do (torch's ``ExceptionWrapper``,
+    raised in the loop: raised here, a pin-memory thread died of it, unsaid)."""
+    try:
+        merge_corrupt_news(news)
+    except DataError:
+        where = "in the main process, listing a worker's corrupt files"
+        return ExceptionWrapper(where=where)  # type: ignore[no-untyped-call]
+    return batch
