@@ -232,12 +232,12 @@ def halve_some(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:
     return {**arrays, "image": images}
 
 
-def run_script(script: Path) -> subprocess.CompletedProcess[str]:
+def run_script(script: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``python SCRIPT`` with this folder on its path (it imports this module); its
-    output captured."""
+    output captured; ``timeout``: a bound on a hang, not on speed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     return subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=timeout
     )
 
 

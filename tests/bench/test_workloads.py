@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 from _bench_run import bench_file, schema
 
+from headrace.bench._au import WARMUP_EPOCHS
 from headrace.bench._dlio import BUILTIN_DLIO
 from headrace.bench._kind import Kind, make_kind
 from headrace.bench._runner import RunOptions, run_workload
@@ -372,8 +373,9 @@ def test_au_runs_on_fresh_streams_not_on_idle_filled_queues(
 
     monkeypatch.setattr(kind, "open", Tracked)
     _, results = run_workload(kind, options=RunOptions(isolate=False, accelerators=2))
-    # trials x N batches; each trial's first step is taken and left out of AU, as DLIO does
-    au_steps = TRAIN["trials"] * TRAIN["steps"] * 2
+    # (warm-up epoch + trials) x N batches; each trial's first step is taken and left out
+    # of AU, as DLIO does; the warm-up epoch is left out whole (_au.WARMUP_EPOCHS)
+    au_steps = (TRAIN["trials"] + WARMUP_EPOCHS) * TRAIN["steps"] * 2
     au_events = events[-4:]
     before = events[:-4]
     # every stream opened before the AU phase (measurement passes, trials) is closed by then
