@@ -40,7 +40,7 @@ from headrace._output_path import check_output_path
 from headrace.errors import ConfigError, StorageError
 from headrace.io import ObjectCache
 from headrace.io._cache import CHECK_PIECE
-from headrace.io._cache_files import _NOATIME, MAGIC, MAGIC_V1, TRAILER, name_seed, scan
+from headrace.io._cache_files import MAGIC, MAGIC_V1, NOATIME, TRAILER, name_seed, scan
 
 __all__ = ["configure", "run"]
 
@@ -118,7 +118,7 @@ def _verify(cache: ObjectCache) -> dict[str, Any]:
         if why is None:
             good += 1
             continue
-        failed = cache._space.remove(path, (st.st_dev, st.st_ino))
+        failed = cache.remove_entry(path, (st.st_dev, st.st_ino))
         done = "removed" if failed is None else f"NOT removed ({failed.strerror or failed})"
         if failed is None:
             with suppress(OSError):  # its folder, if that left it empty (as a prune)
@@ -142,7 +142,7 @@ def _damage(path: str, st: os.stat_result) -> str | None:
     try:
         # O_NOATIME where allowed (the file's owner): a check is not a use (--prune-days).
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOATIME)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | NOATIME)
         except PermissionError:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -667,6 +667,12 @@ class ObjectCache:
         with self._lock:
             self.stats.misses += 1
 
+    def remove_entry(self, path: str, identity: tuple[int, int]) -> OSError | None:
+        """Remove entry ``path`` if it is still the file ``identity`` (``st_dev``,
+        ``st_ino``) names, its bytes counted out; the error where it could not be
+        (``headrace cache --verify``, of a damaged entry)."""
+        return self._space.remove(path, identity)
+
     def _remove_bad(self, path: str, what: str, identity: tuple[int, int]) -> None:
         with self._lock:
             self.stats.bad_entries += 1

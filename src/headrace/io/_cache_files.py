@@ -29,6 +29,7 @@ __all__ = [
     "LEDGER",
     "MAGIC",
     "MAGIC_V1",
+    "NOATIME",
     "STALE_TMP_S",
     "TMP",
     "TRAILER",
@@ -65,7 +66,7 @@ STALE_TMP_S = 3600.0
 # writer may be between creating it and locking it.
 DEAD_TMP_S = 10.0
 # Reads that leave a file's access time, by which a prune tells it unused (Linux).
-_NOATIME = getattr(os, "O_NOATIME", 0)
+NOATIME = getattr(os, "O_NOATIME", 0)
 
 
 def hold(fd: int) -> int | None:
@@ -243,7 +244,7 @@ def is_entry(path: str, size: int, touch: bool = True) -> bool:
     if size < TRAILER.size:
         return size == 0  # a crash's empty entry (written, never flushed): ours too
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | _NOATIME)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | NOATIME)
     except PermissionError:  # O_NOATIME: the file's owner only
         if not touch:
             return True
