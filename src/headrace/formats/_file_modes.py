@@ -90,7 +90,7 @@ class IterableFiles(Closing):
                         raise  # (a form not read, a codec this process lacks: no damage)
                     # Skipped, not replaced (each worker reads its own shard); counted
                     # against max_corrupt (it raised under either on_corrupt before).
-                    self.source._note_corrupt(f, exc)
+                    self.source._note_corrupt(f, exc, left_out=True)
                     continue
                 start = plan.start(f)
                 for i, sample in zip(items, picked, strict=True):

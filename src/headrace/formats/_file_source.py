@@ -289,7 +289,7 @@ class FileSource(Closing):
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
         try:
             for f, err in sorted((bad_heads or {}).items()):
-                self._note_corrupt(f, err)
+                self._note_corrupt(f, err, left_out=True)  # counted 0: none of it planned
         except DataError:
             self.files.close()
             raise
@@ -907,21 +907,28 @@ class FileSource(Closing):
             + f"; it did not decode: {self.corrupt_files[name]}"
         )
 
-    def _note_corrupt(self, f: int, err: DataError) -> None:
-        self._note_corrupt_named(self.files.name(f), str(err))
+    def _note_corrupt(self, f: int, err: DataError, left_out: bool = False) -> None:
+        self._note_corrupt_named(self.files.name(f), str(err), left_out)
 
-    def _note_corrupt_named(self, name: str, why: str) -> None:
+    def _note_corrupt_named(self, name: str, why: str, left_out: bool = False) -> None:
+        """Note a corrupt file (once), said in the log, counted against ``max_corrupt``.
+        ``left_out``: its samples are left out of the run (a header that did not parse,
+        counted 0; a shard an iterable pass skips), not replaced: until 2026-12-07 the
+        log said "replacing" of those too."""
         if name in self.corrupt_files:
             return
         self.corrupt_files[name] = why
         if not _relay(self._token, (name, why)):  # (a worker's: said by its main process)
-            log.warning("headrace: replacing the samples of a corrupt file: %s", why)
+            done = "leaving out" if left_out else "replacing"
+            log.warning("headrace: %s the samples of a corrupt file: %s", done, why)
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))
         if len(self.corrupt_files) > allowed:
             listed = "; ".join(list(self.corrupt_files.values())[:5])
             more = len(self.corrupt_files) - 5
+            # (A list of paths has no url: the message began with ": " until 2026-12-07.)
+            where = self.files.url or f"a list of {len(self.files):,} paths"
             raise DataError(
-                f"{self.files.url}: {len(self.corrupt_files)} of {len(self.files)} files are "
+                f"{where}: {len(self.corrupt_files)} of {len(self.files)} files are "
                 f"corrupt, more than max_corrupt={self.config.max_corrupt:g} allows "
                 f"({allowed}): {listed}" + (f"; and {more} more" if more > 0 else "")
             )
