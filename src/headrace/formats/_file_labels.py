@@ -156,6 +156,8 @@ def file_classes(
             "give classes=[...] (e.g. classes=train.classes) to number the classes yourself"
             + (f"; the listing {other}" if other else "")
         )
+    if classes is None and labels == "folders" and not rooted:
+        _tell_skipped_classes(keys)
     if classes is None and labels == "folders" and rooted and len(found) == 1:
         _tell_one_class(keys, where, next(iter(found)))
     names = sorted(found) if classes is None else list(classes)
@@ -176,6 +178,43 @@ def file_classes(
     out = np.fromiter((number[c] for c in named), dtype=np.int32, count=len(named))
     out.setflags(write=False)
     return tuple(names), out
+
+
+#: The most folders of class folders (``train/``) :func:`_tell_skipped_classes` lists.
+_MOST_CLASS_ROOTS = 64
+
+
+def _tell_skipped_classes(keys: Sequence[str]) -> None:
+    """Warn where local files listed (a glob, ``train/*/*.jpg``, or a list) leave out a
+    class folder beside their own: numbered without it, the classes after it get other
+    numbers than in a split where it holds files (``c`` 1 here, 2 in a validation split
+    whose ``b`` holds JPEGs). A folder read whole refuses such a folder, as ImageFolder
+    does; listed files were numbered without it in silence until 2026-12-07."""
+    parents = {k.rpartition("/")[0] for k in keys if "://" not in k}
+    by_root: dict[str, set[str]] = {}
+    for parent in parents:
+        root, _, name = parent.rpartition("/")
+        by_root.setdefault(root, set()).add(name)
+    if len(by_root) > _MOST_CLASS_ROOTS:
+        return  # not a tree of class folders
+    for root, names in sorted(by_root.items()):
+        try:
+            with os.scandir(root or ".") as it:
+                beside = {e.name for e in it if e.is_dir() and not e.name.startswith(".")}
+        except OSError:
+            continue
+        skipped = sorted(beside - names)
+        if skipped:
+            warn_user(
+                f"{root or '.'}: labels='folders' numbers the classes of the files listed "
+                f"({len(names):,} folders), and {len(skipped):,} class folder(s) beside them "
+                "hold none of those files: "
+                + ", ".join(repr(n) for n in skipped[:5])
+                + (", ..." if len(skipped) > 5 else "")
+                + "; the classes after them are numbered otherwise than in a split where they "
+                "hold files (torchvision's ImageFolder refuses such a folder): give "
+                "classes=[...] (e.g. classes=train.classes) to number the classes yourself"
+            )
 
 
 def _tell_one_class(keys: Sequence[str], where: str, name: str) -> None:
