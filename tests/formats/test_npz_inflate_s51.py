@@ -9,7 +9,6 @@ one); the batches are compared with the same arrays stored (np.savez: nothing in
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +35,6 @@ def _write(root: Path, files: int = 3) -> tuple[Path, Path]:
         np.savez_compressed(deflated / f"f{i}.npz", x=x, y=y)
         np.savez(stored / f"f{i}.npz", x=x, y=y)
     return deflated, stored
-
-
-@pytest.fixture
-def inflations(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
-    """Each member's inflations (``"f0.npz: member 'x.npy'"``), the real inflate run."""
-    got: collections.Counter[str] = collections.Counter()
-    real = npz.inflate
-
-    def counted(
-        raw: memoryview, size: int, crc: int, where: str, sink: Callable[[int, bytes], None]
-    ) -> None:
-        got[Path(where.split(":")[0]).name + where[where.index(":") :]] += 1
-        real(raw, size, crc, where, sink)
-
-    monkeypatch.setattr(npz, "inflate", counted)
-    return got
 
 
 def _digest(root: Path, *, steps: int = 3 * N // 4, **kw: Any) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,22 +40,6 @@ def _write(root: Path) -> tuple[Path, Path]:
         np.savez_compressed(deflated / f"f{i}.npz", x=x, y=y)
         np.savez(stored / f"f{i}.npz", x=x, y=y)
     return deflated, stored
-
-
-@pytest.fixture
-def inflations(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
-    """Each member's inflations (``"f0.npz: member 'x.npy'"``), the real inflate run."""
-    got: collections.Counter[str] = collections.Counter()
-    real = npz.inflate
-
-    def counted(
-        raw: memoryview, size: int, crc: int, where: str, sink: Callable[[int, bytes], None]
-    ) -> None:
-        got[Path(where.split(":")[0]).name + where[where.index(":") :]] += 1
-        real(raw, size, crc, where, sink)
-
-    monkeypatch.setattr(npz, "inflate", counted)
-    return got
 
 
 def _digest(root: Path, *, epochs: int = 1, **kw: Any) -> str:

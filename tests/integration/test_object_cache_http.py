@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import numpy as np
 import pytest
+from httputil import serve
 
 from headrace.errors import ConfigError, StorageError
 from headrace.formats import FileSource, TableSource, TokenSource
@@ -31,81 +29,17 @@ from headrace.testing import batch_digest
 pytestmark = pytest.mark.integration
 
 
-class _Files(BaseHTTPRequestHandler):
-    """The server's folder (``root``) over HTTP/1.1, keep-alive, ranges included."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # else a kept connection's answers wait ~40 ms for an ACK
-    root = Path()
-    etag = "strong"  # "strong", "weak" or "none"
-    ranges = True  # False: a Range header is ignored (200, the whole file)
-    token = ""  # asked of /resolve/ paths where set (a bearer token)
-    requests: list[str]  # "GET /path", "HEAD /path"
-
-    def _answer(self, body: bool) -> None:
-        self.requests.append(f"{self.command} {self.path}")
-        if self.path.startswith("/resolve/"):
-            # As the Hugging Face Hub's resolve URLs: a redirect to a signed CDN URL, for
-            # the holder of the token (a private repository) where one is set.
-            if self.token and self.headers.get("Authorization") != f"Bearer {self.token}":
-                self.send_response(401)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(302)
-            self.send_header("Location", f"/{self.path[len('/resolve/') :]}?sig=x&expires=9")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        path = self.root / unquote(self.path.lstrip("/").partition("?")[0])  # decodes %20
-        if not path.is_file():
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        data, st = path.read_bytes(), path.stat()
-        status, first, last = 200, 0, len(data) - 1
-        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
-        m = m if self.ranges else None
-        if m:
-            status, first = 206, int(m.group(1))
-            last = min(int(m.group(2) or last), last)
-        self.send_response(status)
-        tag = f'"{int(st.st_mtime):x}-{st.st_size:x}"'
-        if self.etag != "none":
-            self.send_header("ETag", f"W/{tag}" if self.etag == "weak" else tag)
-        if m:
-            self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
-        self.send_header("Content-Length", str(last + 1 - first))
-        self.end_headers()
-        if body:
-            self.wfile.write(data[first : last + 1])
-
-    def do_GET(self) -> None:
-        self._answer(body=True)
-
-    def do_HEAD(self) -> None:
-        self._answer(body=False)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def _serve(
     root: Path, etag: str, ranges: bool = True, token: str = ""
 ) -> Iterator[tuple[str, list[str]]]:
+    """``root`` served with an ETag ``"strong"``, ``"weak"`` or ``"none"`` (then no
+    Last-Modified either), built as nginx builds its tags (whole seconds); its base URL
+    and the requests it took."""
     requests: list[str] = []
-    attrs = {"root": root, "etag": etag, "ranges": ranges, "requests": requests, "token": token}
-    handler = type("Handler", (_Files,), attrs)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requests
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    how: dict[str, Any] = {"etags": etag != "none", "weak": etag == "weak", "tag_seconds": True}
+    how |= {"modified": etag != "none", "ranges": ranges, "token": token, "requests": requests}
+    with serve(root, **how) as url:
+        yield url, requests
 
 
 @pytest.fixture(params=["strong", "weak", "none"])
