@@ -122,7 +122,8 @@ def file_classes(
     elif rooted:
         named = [head if sep else "" for head, sep, _ in (k.partition("/") for k in keys)]
     else:
-        named = [k.rpartition("/")[0].rpartition("/")[2] for k in keys]
+        parents = [k.rpartition("/")[0] for k in keys]
+        named = [p.rpartition("/")[2] for p in parents]
     found = set(named)
     if "" in found:
         loose = [i for i, c in enumerate(named) if not c]
@@ -157,7 +158,7 @@ def file_classes(
             + (f"; the listing {other}" if other else "")
         )
     if classes is None and labels == "folders" and not rooted:
-        _tell_skipped_classes(keys)
+        _tell_skipped_classes(set(parents))
     if classes is None and labels == "folders" and rooted and len(found) == 1:
         _tell_one_class(keys, where, next(iter(found)))
     names = sorted(found) if classes is None else list(classes)
@@ -184,15 +185,17 @@ def file_classes(
 _MOST_CLASS_ROOTS = 64
 
 
-def _tell_skipped_classes(keys: Sequence[str]) -> None:
+def _tell_skipped_classes(parents: set[str]) -> None:
     """Warn where local files listed (a glob, ``train/*/*.jpg``, or a list) leave out a
-    class folder beside their own: numbered without it, the classes after it get other
-    numbers than in a split where it holds files (``c`` 1 here, 2 in a validation split
-    whose ``b`` holds JPEGs). A folder read whole refuses such a folder, as ImageFolder
-    does; listed files were numbered without it in silence until 2026-12-07."""
-    parents = {k.rpartition("/")[0] for k in keys if "://" not in k}
+    class folder beside their own (``parents``: the folders they are in): numbered
+    without it, the classes after it get other numbers than in a split where it holds
+    files (``c`` 1 here, 2 in a validation split whose ``b`` holds JPEGs). A folder read
+    whole refuses such a folder, as ImageFolder does; listed files were numbered without
+    it in silence until 2026-12-07. (The keys are read once, by the caller.)"""
     by_root: dict[str, set[str]] = {}
     for parent in parents:
+        if "://" in parent:
+            continue  # an object store's: no folder to list here
         root, _, name = parent.rpartition("/")
         by_root.setdefault(root, set()).add(name)
     if len(by_root) > _MOST_CLASS_ROOTS:
