@@ -16,25 +16,12 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from _cache_entries import blob, fill
 from headrace.cli import main
 from headrace.io import ObjectCache
 from headrace.io import _cache as cache_mod
-
-
-def _blob(n: int, seed: int = 0) -> bytes:
-    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
-
-
-def _fill(root: Path, n: int = 12) -> tuple[ObjectCache, list[Path]]:
-    c = ObjectCache(root)
-    paths = []
-    for i in range(n):
-        assert c.write(f"|s3://b/o{i}", 300 + i, "e", _blob(300 + i, i))
-        paths.append(Path(c.path(f"|s3://b/o{i}", 300 + i, "e")))
-    return c, paths
 
 
 def _folders(root: Path) -> set[str]:
@@ -44,7 +31,7 @@ def _folders(root: Path) -> set[str]:
 def test_clear_removes_the_folders_it_emptied_and_nothing_of_the_users(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 12)
     subs = {p.parent.name for p in paths}
     assert len(subs) > 4
     # What a user put there: a file at the top, one beside entries in a cache folder, an
@@ -58,7 +45,7 @@ def test_clear_removes_the_folders_it_emptied_and_nothing_of_the_users(
     other = next(f"{i:02x}" for i in range(255, -1, -1) if f"{i:02x}" not in subs | {mine})
     (tmp_path / other).mkdir()
     loose = tmp_path / other / ("cd" * 19)
-    loose.write_bytes(b"x\x01" + _blob(300))
+    loose.write_bytes(b"x\x01" + blob(300))
     kept = {p: p.read_bytes() for p in (tmp_path / "notes.txt", beside, loose)}
     assert main(["cache", str(tmp_path), "--clear"]) == 0
     assert "removed 12 entries" in capsys.readouterr().out
@@ -72,7 +59,7 @@ def test_clear_removes_the_folders_it_emptied_and_nothing_of_the_users(
 
 
 def test_prune_days_removes_only_the_folders_it_emptied(tmp_path: Path) -> None:
-    c, paths = _fill(tmp_path)
+    c, paths = fill(tmp_path, 12)
     old = time.time() - 30 * 86_400
     by_folder: dict[str, list[Path]] = {}
     for p in paths:
@@ -84,8 +71,8 @@ def test_prune_days_removes_only_the_folders_it_emptied(tmp_path: Path) -> None:
     assert _folders(tmp_path) == young
     assert all(p.exists() for p in paths[len(paths) // 2 :])
     # A write into a folder a prune emptied makes it again.
-    assert c.write("|s3://b/o0", 300, "e", _blob(300, 0))
-    assert paths[0].read_bytes()[:300] == _blob(300, 0)
+    assert c.write("|s3://b/o0", 300, "e", blob(300, 0))
+    assert paths[0].read_bytes()[:300] == blob(300, 0)
 
 
 def test_a_write_whose_folder_a_prune_removes_under_it_still_lands(
@@ -106,21 +93,21 @@ def test_a_write_whose_folder_a_prune_removes_under_it_still_lands(
     monkeypatch.setattr(cache_mod.os, "makedirs", then_pruned)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert c.write("|s3://b/x", 300, "e", _blob(300))
+        assert c.write("|s3://b/x", 300, "e", blob(300))
     monkeypatch.undo()
     assert pruned
     got = c.read("|s3://b/x", 300, "e")
-    assert got is not None and got.tobytes() == _blob(300)
+    assert got is not None and got.tobytes() == blob(300)
     assert c.stats.errors == 0
 
 
 def test_verify_checks_every_entry_and_removes_the_damaged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    c, paths = _fill(tmp_path)
+    c, paths = fill(tmp_path, 12)
     (tmp_path / "notes.txt").write_text("mine")
     loose = paths[1].parent / ("ef" * 19)  # named as an entry, no trailer: not the cache's
-    loose.write_bytes(_blob(500))
+    loose.write_bytes(blob(500))
     assert main(["cache", str(tmp_path), "--verify", "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "checked 12 entries" in out and "all as written" in out
@@ -146,19 +133,19 @@ def test_verify_checks_every_entry_and_removes_the_damaged(
     assert not paths[3].exists() and not paths[5].exists() and paths[7].exists()
     folders = {p.parent.name for i, p in enumerate(paths) if i not in (3, 5)}
     assert _folders(tmp_path) == folders  # (one only they were in: removed)
-    assert (tmp_path / "notes.txt").read_text() == "mine" and loose.read_bytes() == _blob(500)
+    assert (tmp_path / "notes.txt").read_text() == "mine" and loose.read_bytes() == blob(500)
     with pytest.warns(RuntimeWarning, match="has 84 bytes, not 307; removed"):
         for i in range(len(paths)):  # the good ones still read as written
             got = c.read(f"|s3://b/o{i}", 300 + i, "e")
             assert (got is None) == (i in (3, 5, 7))
-            assert got is None or got.tobytes() == _blob(300 + i, i)
+            assert got is None or got.tobytes() == blob(300 + i, i)
     assert not paths[7].exists()  # (removed by that read: the size is not its object's)
     assert main(["cache", str(tmp_path), "--verify"]) == 0
     assert "checked 9 entries" in capsys.readouterr().out
 
 
 def test_verify_is_one_of_the_actions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _fill(tmp_path, 1)
+    fill(tmp_path, 1)
     with pytest.raises(SystemExit) as exit:
         main(["cache", str(tmp_path), "--verify", "--clear"])
     assert exit.value.code == 2

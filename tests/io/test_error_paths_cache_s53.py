@@ -14,24 +14,10 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from _cache_entries import blob, fill
 from headrace.cli import main
-from headrace.io import ObjectCache
-
-
-def _blob(n: int, seed: int = 0) -> bytes:
-    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
-
-
-def _fill(root: Path, n: int = 6) -> tuple[ObjectCache, list[Path]]:
-    c = ObjectCache(root)
-    paths = []
-    for i in range(n):
-        assert c.write(f"|s3://b/o{i}", 300 + i, "e", _blob(300 + i, i))
-        paths.append(Path(c.path(f"|s3://b/o{i}", 300 + i, "e")))
-    return c, paths
 
 
 def _on_open(monkeypatch: pytest.MonkeyPatch, target: Path, act: Callable[[], None]) -> None:
@@ -54,7 +40,7 @@ def _is(fd: int, target: Path) -> bool:
 def test_verify_names_an_entry_that_fails_with_eio_and_checks_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    c, paths = _fill(tmp_path)
+    c, paths = fill(tmp_path, 6)
     real = os.pread
 
     def pread(fd: int, n: int, at: int) -> bytes:
@@ -69,13 +55,13 @@ def test_verify_names_an_entry_that_fails_with_eio_and_checks_the_rest(
     assert f"damaged: {paths[2]}: cannot be read (Input/output error); removed" in out
     assert "checked 6 entries" in out and "1 damaged" in out
     assert not paths[2].exists() and all(p.exists() for p in paths if p != paths[2])
-    assert c.read("|s3://b/o3", 303, "e").tobytes() == _blob(303, 3)  # type: ignore[union-attr]
+    assert c.read("|s3://b/o3", 303, "e").tobytes() == blob(303, 3)  # type: ignore[union-attr]
 
 
 def test_verify_names_an_entry_that_cannot_be_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 6)
 
     def fail() -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -92,7 +78,7 @@ def test_verify_skips_an_entry_removed_after_the_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A prune, or a reader that found it bad, between the scan's stat and the check.
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 6)
     _on_open(monkeypatch, paths[1], paths[1].unlink)
     assert main(["cache", str(tmp_path), "--verify"]) == 0
     monkeypatch.undo()
@@ -108,7 +94,7 @@ def test_verify_an_entry_cut_short_after_the_scan_is_not_a_traceback(
     # the read came back short and struct.unpack raised (a traceback, nothing checked
     # after it). Its trailer gone, it is what a file cut short before the scan is: not
     # told from a file that is not the cache's, left alone (a read of it removes it).
-    c, paths = _fill(tmp_path)
+    c, paths = fill(tmp_path, 6)
 
     def cut() -> None:
         with open(paths[0], "r+b") as f:
@@ -130,7 +116,7 @@ def test_verify_an_entry_cut_short_while_it_is_read_is_damaged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Cut after its trailer was read: its data ends early (a short read, then EOF).
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 6)
     real = os.pread
 
     def pread(fd: int, n: int, at: int) -> bytes:
@@ -151,7 +137,7 @@ def test_verify_an_empty_entry_is_damaged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A crash's entry: renamed into place, its bytes never flushed.
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 6)
     paths[3].write_bytes(b"")
     assert main(["cache", str(tmp_path), "--verify"]) == 1
     assert f"damaged: {paths[3]}: empty (written, never flushed); removed" in (
@@ -188,7 +174,7 @@ def unremovable() -> Iterator[Callable[[Path], None]]:
 def test_verify_a_damaged_entry_it_cannot_remove_is_named_as_not_removed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], unremovable: Callable[[Path], None]
 ) -> None:
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 6)
     raw = bytearray(paths[2].read_bytes())
     raw[10] ^= 1
     paths[2].write_bytes(bytes(raw))
@@ -206,7 +192,7 @@ def test_a_clear_while_a_writer_holds_its_temporary_keeps_the_folder_and_the_wri
     # ``--clear`` between a writer's temporary made and its rename: the folder it empties
     # of entries holds the temporary, so stays (its rmdir fails: not an error), the
     # temporary's writer is alive (its lock held), so it stays, and the write lands.
-    c, paths = _fill(tmp_path, 2)
+    c, paths = fill(tmp_path, 2)
     # A new object whose entry goes into the folder of paths[0] (which the clear empties).
     key = next(
         f"|s3://b/n{j}"
@@ -223,14 +209,14 @@ def test_a_clear_while_a_writer_holds_its_temporary_keeps_the_folder_and_the_wri
         return fd
 
     monkeypatch.setattr(os, "open", opened)
-    assert c.write(key, 300, "e", _blob(300, 9))
+    assert c.write(key, 300, "e", blob(300, 9))
     monkeypatch.undo()
     assert cleared == [0]
     assert "removed 2 entries" in capsys.readouterr().out
     assert not any(p.exists() for p in paths)
     assert os.listdir(paths[0].parent) == [Path(c.path(key, 300, "e")).name]
     got = c.read(key, 300, "e")
-    assert got is not None and got.tobytes() == _blob(300, 9)
+    assert got is not None and got.tobytes() == blob(300, 9)
     assert c.stats.errors == 0
 
 
@@ -238,7 +224,7 @@ def test_verify_reads_an_entry_it_may_not_open_without_atime(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # O_NOATIME is the file owner's (EPERM for another user's entry): opened without it.
-    _, paths = _fill(tmp_path)
+    _, paths = fill(tmp_path, 6)
     real = os.open
     refused: list[str] = []
 
