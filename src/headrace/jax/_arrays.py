@@ -3,6 +3,7 @@ an array type jax keeps without changing a value, or refused by name."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -221,7 +222,44 @@ def _not_laid_out(name: str, a: Any, sharding: Any, batch_size: int, exc: Except
             f"{held} (each process passes its own rows, in row order, as numpy_loader "
             "gives them)."
         )
-    return ConfigError(
+    what = (
         f"field {name!r} of local shape {np.shape(a)} (global {(batch_size, *np.shape(a)[1:])}) "
-        f"cannot be laid out by sharding {sharding!r}: {type(exc).__name__}: {exc}"
+        f"cannot be laid out by sharding {sharding!r}"
     )
+    uneven = _uneven_split(name, (batch_size, *np.shape(a)[1:]), sharding)
+    return ConfigError(f"{what}: {uneven or f'{type(exc).__name__}: {exc}'}")
+
+
+def _uneven_split(name: str, shape: tuple[int, ...], sharding: Any) -> str | None:
+    """Why a non-batch axis (a sequence split for context parallelism) cannot be laid out
+    where its ``NamedSharding`` splits it more ways than divide its width, and the ways
+    out: jax's error said neither. Refused, not padded: jax keeps no uneven shards
+    (``jax.device_put`` refuses them too), and padding here would add tokens the source
+    never gave."""
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return None
+    spec, sizes = tuple(sharding.spec), dict(sharding.mesh.shape)
+    for axis in range(1, min(len(spec), len(shape))):
+        names = spec[axis] if isinstance(spec[axis], tuple) else (spec[axis],)
+        names = tuple(n for n in names if isinstance(n, str) and n in sizes)
+        ways = math.prod(sizes[n] for n in names)
+        width = shape[axis]
+        if not names or width % ways == 0:
+            continue
+        shown = ", ".join(repr(e) for e in spec)
+        whole = ", ".join("None" if i == axis else repr(e) for i, e in enumerate(spec))
+        below = width // ways * ways
+        widths = f"{below} or {below + ways}" if below else f"{ways}"
+        mesh_axes = f"mesh axis {names[0]!r}" if len(names) == 1 else f"mesh axes {names}"
+        return (
+            f"its axis {axis} ({width} wide) is split {ways} ways ({mesh_axes} of "
+            f"P({shown})), which do not divide {width}, and jax splits an axis in equal "
+            "parts only (jax.device_put refuses an uneven split too). Give that axis a "
+            f"width {ways} divides ({widths}: a TokenSource or PaddedRows context= for a "
+            "sequence, or a transform that pads or crops it), or keep it whole in the "
+            f"loader with a sharding per field, {{{name!r}: NamedSharding(mesh, P({whole})), "
+            f"...}}, and pad it to a multiple of {ways} in the jitted step before splitting it "
+            "there (jax.sharding.reshard, or jax.lax.with_sharding_constraint on a mesh of "
+            "Auto axes)."
+        )
+    return None

@@ -450,15 +450,20 @@ class Mixture(Closing):
     def _check_layout(self, s: int, part: Batch) -> None:
         """Every source gives the same keys, dtypes and trailing shapes (checked once each);
         strings of one kind (``U``, ``S``) may differ in width, which reads do by their
-        values: :func:`merge_parts` makes a read's as wide as its widest part."""
+        values: :func:`merge_parts` makes a read's as wide as its widest part. A ``source``
+        array is refused in every part, before the layout: looked for only in the part that
+        set it, it was refused as a key mismatch, or never (a read after the refusal), and
+        the member's column was overwritten by the mixture's ids."""
+        if "source" in part:
+            kind = np.asarray(part["source"]).dtype
+            raise DataError(
+                f"source {self.names[s]!r} returns a 'source' array, which the mixture adds "
+                "(each sample's source id); leave that column out (TableSource(columns=[...]))"
+                f" or rename it with Mapped(source, fn) (it gave {kind} values, read by "
+                f"{type(self.sources[s]).__name__})"
+            )
         if not self._layout:
             self._layout = {k: (v.dtype, v.shape[1:], self.names[s]) for k, v in part.items()}
-            if "source" in part:
-                raise DataError(
-                    f"source {self.names[s]!r} returns a 'source' array, which the mixture adds "
-                    "(each sample's source id); leave that column out (TableSource(columns=[...]))"
-                    " or rename it with Mapped(source, fn)"
-                )
             return
         raw_got = {k: (v.dtype, v.shape[1:]) for k, v in part.items()}
         raw_want = {k: (d, sh) for k, (d, sh, _) in self._layout.items()}
@@ -486,6 +491,9 @@ class Mixture(Closing):
                         "bos_id=, 'documents' for Megatron .idx files: each as its files mark "
                         "documents, and each adds position_ids), or give it to none"
                     )
+                elif set(got) ^ set(want) == {"loss_mask"}:  # a token stream beside rows
+                    two = ((self.names[s], raw_got), (first, raw_want))
+                    fix = _mask_advice(*sorted(two, key=lambda side: "loss_mask" in side[1]))
             elif any(widened(got[k][0], want[k][0]) is None for k in got):
                 what = "dtype"  # uint16 and uint32 token files, say: never widened
                 casts = _integer_casts(got, want)
@@ -711,6 +719,26 @@ def _widen_advice(
                 f"{marked[0][0]!r} does"
             )
     return out
+
+
+def _mask_advice(
+    lacking: tuple[str, dict[str, tuple[np.dtype[Any], tuple[int, ...]]]],
+    masked: tuple[str, dict[str, tuple[np.dtype[Any], tuple[int, ...]]]],
+) -> str:
+    """The one fn that gives a source without ``loss_mask`` (a token stream) the layout of
+    one with it (padded rows): every target counted, its ids widened where the other's are
+    wider. Told only to map one layout to the other, a user met a second refusal (uint16
+    ids beside int32) once the mask was added."""
+    (name, mine), (_, theirs) = lacking, masked
+    casts = _integer_casts(mine, {k: theirs[k] for k in mine}) or {}
+    cast = "".join(
+        f", {k!r}: arrays[{k!r}].astype(np.{d.name})" for k, d in casts.items() if mine[k][0] != d
+    )
+    return (
+        f"give {name!r} a loss_mask (each of its targets counts) with Mapped(source, fn), "
+        f"fn(arrays, samples) returning {{**arrays, 'loss_mask': np.ones(arrays['x'].shape, "
+        f"bool){cast}}} (fn defined at module level)"
+    )
 
 
 def _describe(layout: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]) -> str:
