@@ -34,9 +34,10 @@ import sys
 from torch.utils.data import ChainDataset
 
 from headrace.errors import ConfigError
+from headrace.torch._mailbox import Carrying
 from headrace.torch._wrappers import self_of
 
-__all__ = ["refuse_auto_collation", "refuse_out_of_order"]
+__all__ = ["carry_news", "refuse_auto_collation", "refuse_out_of_order"]
 
 #: How many callers up the loader's iterator may be (torch 2.13, torchdata 0.11: the 9th
 #: from the fetcher in a forked worker, the 7th from ``__getstate__`` with ``spawn``).
@@ -84,6 +85,30 @@ def refuse_auto_collation(dataset: object) -> None:
         if frame.f_back is None:
             return
         frame = frame.f_back
+
+
+def carry_news(dataset: object) -> str:
+    """In a DataLoader worker, called by ``dataset.__iter__``: wrap the ``collate_fn`` of
+    the fetcher iterating ``dataset`` so that the corrupt news its batches carry go on
+    with whatever that makes of them (:class:`~headrace.torch._mailbox.Carrying`: a
+    user's ``collate_fn`` dropped them). Returns ``""``, or, where the fetcher iterates
+    something else over ``dataset`` (a dataset of the user's, whose code may take the
+    batches apart first) or none is found, what to name if the news are lost."""
+    frame = sys._getframe(2)
+    for _ in range(_DEPTH):
+        obj = self_of(frame, _LOADERS)
+        outer = getattr(obj, "dataset", None)
+        collate = getattr(obj, "collate_fn", None)
+        if outer is not None and callable(collate):
+            if not _serves(outer, dataset):
+                return f"the {type(outer).__name__} that the DataLoader iterates"
+            if not isinstance(collate, Carrying):  # (a chain's datasets share the fetcher)
+                obj.collate_fn = Carrying(collate)  # type: ignore[attr-defined]
+            return ""
+        if frame.f_back is None:
+            break
+        frame = frame.f_back
+    return ""
 
 
 def refuse_out_of_order(dataset: object) -> None:

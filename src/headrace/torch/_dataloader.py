@@ -21,7 +21,6 @@ from headrace.errors import ConfigError, StateError
 from headrace.io._ranges import whole_number
 from headrace.pipeline import Batch
 from headrace.pipeline._passes import starts_at
-from headrace.pipeline._steps import remaining_steps
 from headrace.torch._batching import no_attribute
 from headrace.torch._dataset import TorchDataset
 from headrace.torch._fork_server import preload
@@ -258,10 +257,10 @@ class HeadraceDataLoader(Closing):
     def __len__(self) -> int:
         """Batches the next iteration yields, from ``step`` to the dataset's ``steps``
         (``TypeError`` when that is None; after a Lightning evaluation, from where it
-        began). For a scheduler's total (``OneCycleLR``'s ``total_steps``), use
-        ``dataset.steps``: after a resume this is what remains."""
-        ds = self.dataset
-        return remaining_steps(ds._next_start(), ds.steps)
+        began; asked by a Lightning evaluation of an exact pass, the whole pass:
+        ``TorchDataset._length``). For a scheduler's total (``OneCycleLR``'s
+        ``total_steps``), use ``dataset.steps``: after a resume this is what remains."""
+        return self.dataset._length()
 
     def __bool__(self) -> bool:
         return True

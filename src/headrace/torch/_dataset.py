@@ -12,6 +12,7 @@ requires).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +34,7 @@ from headrace.pipeline._stall import DEFAULT_STALL_WARN_S
 from headrace.pipeline._steps import remaining_steps, run_over
 from headrace.plan import LoaderState
 from headrace.torch._batching import (
+    carry_news,
     no_attribute,
     refuse_auto_collation,
     refuse_out_of_order,
@@ -177,8 +179,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # iteration had moved it), while it may matter (:meth:`_by_lightning`).
         self._evaluation: tuple[weakref.ref[Any], object, int, bool] | None = None
         # A spawn or forkserver worker's copy, pickled for an iteration that a Lightning
-        # evaluation began (:meth:`_in_evaluation`).
-        self._evaluating = False
+        # evaluation began: its stage (:meth:`_evaluation_stage`).
+        self._evaluating: str | None = None
+        self._iterations = 0  # begun in this DataLoader worker (a persistent one's count)
 
     # -- state -------------------------------------------------------------------
     def state_at(self, step: int) -> dict[str, Any]:
@@ -309,6 +312,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             self._came = (self._start, self._phase, self.seed, self.origin)
             self._loaded = False
             self._fresh = True
+            self._iterations = 0
 
     def _position(self) -> int:
         """The step ``state_dict()`` names, cheaply: read at every batch through
@@ -331,6 +335,16 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         """Batches the next iteration yields: from the step ``state_dict()`` names to
         ``steps`` (``TypeError`` when ``steps`` is None). A stock ``DataLoader`` takes
         its ``len()`` from here."""
+        return self._length()
+
+    def _length(self) -> int:
+        """``len()`` of this dataset and of its loaders: from where the next iteration
+        starts, or asked by a Lightning evaluation loop of an exact pass, the whole pass.
+        Lightning asks once a fit, before its first evaluation, and stops every later one
+        there: an exact pass resumed at step 2 of 5 validated 3 batches each time, where
+        the run never interrupted validated all 5 (once over, each starts at step 0)."""
+        if self.epochs is not None and lightning_evaluation() is not None:
+            return remaining_steps(0, self.steps)
         return remaining_steps(self._next_start(), self.steps)
 
     def __bool__(self) -> bool:
@@ -390,7 +404,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             )
         if get_worker_info() is None:  # (a worker's copy starts where this one stands)
             self._by_lightning(self.load_state_dict)
-        batches = self._tensors(self.iter_arrays())
+        # A worker's corrupt news go with its batches, through the DataLoader's collate_fn.
+        through = carry_news(self) if get_worker_info() is not None else ""
+        batches = self._tensors(self.iter_arrays(), through=through)
         if get_worker_info() is None:
             self._live = weakref.ref(batches)
         return batches
@@ -459,16 +475,45 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
     def _in_evaluation(self) -> bool:
         """In a stock DataLoader's worker: whether its iterations serve a Lightning
         evaluation, which starts where the last one began by design (Lightning's own
-        loaders do). Found up the stack of a forked worker (it holds the frames of the
-        main process's ``iter()`` that started it), or noted when the copy was pickled
-        for a spawn or forkserver worker (:meth:`__getstate__`)."""
-        return self._evaluating or lightning_evaluation() is not None
+        loaders do)."""
+        return self._evaluation_stage() is not None
+
+    def _evaluation_stage(self) -> str | None:
+        """In a stock DataLoader's worker: the stage of the Lightning evaluation its
+        iterations serve (``"sanity_check"``, ``"validate"``, ...), ``None`` where none
+        does. Found up the stack of a forked worker (it holds the frames of the main
+        process's ``iter()`` that started it, and a copy of the trainer as it was then),
+        or noted when the copy was pickled for a spawn or forkserver worker
+        (:meth:`__getstate__`): for a persistent worker, the stage of its first iteration."""
+        found = lightning_evaluation()
+        if found is None:
+            return self._evaluating
+        return str(getattr(found[1], "value", ""))
+
+    def _evaluated(self, info: Any) -> bool:
+        """In a stock DataLoader's worker beginning an iteration of a Lightning evaluation
+        over an exact pass: whether it starts the pass over, as the main process's own
+        iterations do (:meth:`_by_lightning`): once an evaluation other than a sanity
+        check has begun since the state was loaded. Each validation's workers are fresh
+        copies of the dataset, which the main process never iterates: every validation
+        began at a loaded step, where the run never interrupted began each at step 0."""
+        # The same number in each worker of one iteration, and another in the next: the
+        # number multiprocessing gave the first of the workers its DataLoader iterator
+        # started (one by one, by id), and a persistent worker's count of iterations.
+        # (Not the iterator's seed, each worker's less its id: Lightning puts the random
+        # state back after its sanity check, and the first validation's was the same.)
+        started = (multiprocessing.current_process()._identity or (0,))[-1] - info.id
+        iteration = started * 1_000_003 + self._iterations
+        # A persistent worker's later iteration is no sanity check (its stage is its first's).
+        sanity = self._iterations == 1 and self._evaluation_stage() == "sanity_check"
+        return self._mailbox.evaluated(iteration, sanity=sanity)
 
     def _tensors(
-        self, arrays: Iterator[Batch], pin_memory: bool | None = None
+        self, arrays: Iterator[Batch], pin_memory: bool | None = None, through: str = ""
     ) -> Iterator[TensorBatch | RaggedTensorBatch]:
         """``arrays`` (:meth:`iter_arrays`) as tensors, pinned if ``pin_memory`` (``None``:
-        the dataset's own setting)."""
+        the dataset's own setting); in a worker, carrying its corrupt news (``through``:
+        what to name if they are lost, :func:`carry_news`)."""
         pin = self.pin_memory if pin_memory is None else pin_memory
         # In a worker, x and y of one storage go into shared memory once, not twice.
         share = get_worker_info() is not None
@@ -491,7 +536,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                         loader.step = at
                     raise
                 news = take_corrupt_news() if share else None
-                yield Relayed(out, news) if news else out
+                yield Relayed(out, news, through) if news else out
         finally:
             if share:  # no batch left to carry them (a failed or abandoned iteration)
                 say_corrupt_news(take_corrupt_news())
@@ -512,8 +557,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         self._check_ranks()
         loaded = self._loaded  # a state given for this iteration: a deliberate start
+        given = False  # a state given to this worker (torchdata's resume)
         if info is not None:
             self._arrive()
+            given = self._loaded
             # A persistent worker's later iteration starts where the main process's
             # dataset now stands (its first, where the copy came from: a state posted
             # between fork and its first iteration reaches every worker at the next).
@@ -523,11 +570,14 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 self._came = news
             if not self._loaded:
                 self._start, self._phase, self.seed, self.origin = self._came
+            self._iterations += 1
         self._loaded = False
         self._read_on(in_worker=info is not None)
         # Where this process's last iteration left it (no state loaded since): a pass
         # broken off starts over. A worker starts where the main process's dataset stands.
         moved = info is None and self._went
+        if info is not None and not given and self.epochs is not None and self._in_evaluation():
+            moved = self._evaluated(info)
         if info is None:
             self._going_again("TorchDataset")
         if starts_at(self._start, self.steps, self.epochs, moved) != self._start:
@@ -615,7 +665,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         state = dict(self.__dict__)
         state["_loader"] = state["_live"] = state["_evaluation"] = None  # (a weakref)
         if get_spawning_popen() is not None:  # a worker's start, inside the loader's iter()
-            state["_evaluating"] = lightning_evaluation() is not None
+            found = lightning_evaluation()
+            state["_evaluating"] = None if found is None else str(getattr(found[1], "value", ""))
         if get_spawning_popen() is None:  # a copy (pickle, copy.copy): another dataset
             state["_mailbox"] = Mailbox()
         return state

@@ -21,22 +21,26 @@ from __future__ import annotations
 import mmap
 import os
 import weakref
+from collections.abc import Callable
 from multiprocessing import heap, reduction
 from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 from torch._utils import ExceptionWrapper
+from torch.utils.data import get_worker_info
 
 from headrace._ring_worker import no_shm
+from headrace._warn import warn_user
 from headrace.errors import DataError
-from headrace.formats._file_source import merge_corrupt_news
+from headrace.formats._file_source import merge_corrupt_news, say_corrupt_news
 
-__all__ = ["Mailbox", "Relayed"]
+__all__ = ["Carrying", "Mailbox", "Relayed"]
 
 # The cells: a count of posts, then the start step, phase, seed and origin (-1 without);
 # then, written by the workers, the step their last iteration's batches began at and the
-# count of posts then plus one (0: none began), as worker 0 watches for a repeat; and the
-# count of posts plus one when any worker last handed over a batch.
+# count of posts then plus one (0: none began), as worker 0 watches for a repeat; the
+# count of posts plus one when any worker last handed over a batch; and the last
+# Lightning evaluation's iteration that workers began (:meth:`Mailbox.evaluated`).
 (
     _VERSION,
     _START,
@@ -47,15 +51,22 @@ __all__ = ["Mailbox", "Relayed"]
     _BEGAN,
     _BEGAN_AFTER,
     _WORKED_AFTER,
-) = range(9)
-_BYTES = 9 * 8
+    _EVALUATED,
+) = range(10)
+_BYTES = 10 * 8
+
+# The fields of the _EVALUATED cell, in one integer (read and written whole, so that no
+# worker sees half of another's note): the iteration, the count of posts, whether an
+# evaluation other than a sanity check had begun before it, and whether it was one.
+_ITERATION_BITS, _POSTS_BITS = 36, 24
 
 Position = tuple[int, int, int, tuple[int, int] | None]
 
 
 class Mailbox:
-    """Nine shared integers, six written by the process that made it, read by its
-    DataLoader's workers, three by the workers (:meth:`again`, :meth:`working`): a block of
+    """Ten shared integers, six written by the process that made it, read by its
+    DataLoader's workers, four by the workers (:meth:`again`, :meth:`working`,
+    :meth:`evaluated`): a block of
     ``multiprocessing``'s shared heap (one file descriptor a process for all of them,
     not one a dataset), inherited by forked workers and handed to spawn and forkserver
     ones with their start.
@@ -116,6 +127,26 @@ class Mailbox:
         """In a DataLoader worker handing over the first batch of an iteration: note that
         the consumer's step is now this worker's business, not the main process's."""
         self._cells[_WORKED_AFTER] = self._cells[_VERSION] + 1
+
+    def evaluated(self, iteration: int, *, sanity: bool) -> bool:
+        """In a DataLoader worker beginning an iteration of a Lightning evaluation
+        (``iteration``: a number its other workers give too; ``sanity``: a sanity check):
+        whether an evaluation other than a sanity check began before it, since the last
+        post (an exact pass then starts over: the main process's own iterations tell that
+        to ``starts_at``, a stock DataLoader's workers are each a fresh copy). The workers
+        of one iteration answer alike, whichever comes first: the first notes its answer."""
+        cells = self._cells
+        posts = cells[_VERSION] % (1 << _POSTS_BITS)
+        iteration %= 1 << _ITERATION_BITS
+        mark = int(cells[_EVALUATED])
+        now = mark > 0 and (mark >> 2) % (1 << _POSTS_BITS) == posts
+        if now and mark >> (2 + _POSTS_BITS) == iteration:
+            return bool(mark & 2)  # another worker of this iteration came first
+        went = now and mark & 3 != 0  # (one before it had, or it was one)
+        cells[_EVALUATED] = (
+            (iteration << (2 + _POSTS_BITS)) | (posts << 2) | (went << 1) | (not sanity)
+        )
+        return went
 
     def worked(self) -> bool:
         """In the process that made it: whether a worker has handed over batches since its
@@ -183,25 +214,114 @@ class Relayed(dict[str, Any]):
     The batch, not a channel beside it: its own queue brings it to the main process, at
     once, whatever the start method, and with nothing of ours to drain there (a stock
     DataLoader runs none of the dataset's code in the main process while it iterates);
-    a file is listed by the time the batch it was replaced for is in the loop's hands."""
+    a file is listed by the time the batch it was replaced for is in the loop's hands.
+    A ``collate_fn`` of the user's makes another object of it (a tuple, a class of
+    theirs): the fetcher's collate is wrapped in the worker (:class:`Carrying`), which
+    sends the news with whatever it made."""
 
-    def __init__(self, batch: dict[str, Any], news: CorruptNews) -> None:
+    def __init__(self, batch: dict[str, Any], news: CorruptNews, through: str = "") -> None:
         super().__init__(batch)
-        self.news = news
+        self.news = news if isinstance(news, Tidings) else Tidings(news, through)
 
     def __copy__(self) -> Relayed:
         # The worker's collate (default_convert) copies the batch: the news go on with it.
         return Relayed(self, self.news)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_arrived, (dict(self), self.news))
+        return (_arrived, (dict(self), self.news.take()))
 
 
-def _arrived(batch: dict[str, Any], news: CorruptNews) -> Any:
-    """A :class:`Relayed` batch in the process that unpickles it (the DataLoader's main
-    thread, or its pin-memory thread): its news merged, the batch as it was. A merge over
-    ``max_corrupt`` comes as the worker's own errors do (torch's ``ExceptionWrapper``,
-    raised in the loop: raised here, a pin-memory thread died of it, unsaid)."""
+class Tidings(dict[str, tuple[list[tuple[str, str]], int]]):
+    """The corrupt news a :class:`Relayed` batch carries (shared with its copies), until
+    sent: taken once, by the batch's pickling or by :class:`Carrying`. Freed untaken, the
+    batch went no further than the worker: code between the dataset and the DataLoader
+    (``through``, a dataset of the user's over it) took it apart; said there, once a
+    worker, as the main process's source would list none of them, silently."""
+
+    def __init__(self, news: CorruptNews, through: str) -> None:
+        super().__init__(news)
+        self.through = through
+
+    def take(self) -> CorruptNews:
+        news = dict(self)
+        self.clear()  # (a copy of the batch inside what a collate made carries none again)
+        return news
+
+    def __del__(self) -> None:
+        if self:
+            lost(self.take(), self.through)
+
+
+_said_lost = False
+
+
+def lost(news: CorruptNews, through: str) -> None:
+    """Log in this worker the corrupt files its batches could not carry to the main
+    process, and warn of it once (the files are each logged)."""
+    global _said_lost
+    say_corrupt_news(news)
+    if _said_lost:
+        return
+    _said_lost = True
+    warn_user(
+        f"TorchDataset: corrupt files replaced in DataLoader worker process {os.getpid()} "
+        "did not reach the main process (logged here): the batch that carried them was "
+        f"taken apart by {through or 'code between the TorchDataset and the DataLoader'} "
+        "before the DataLoader sent it, so the main process's source.corrupt_files and "
+        "replaced_samples leave them out, and its max_corrupt does not count them. Give "
+        "the DataLoader the TorchDataset itself and do per-batch work in its collate_fn "
+        "(which keeps them) or in your loop, or use "
+        "headrace.torch.HeadraceDataLoader(ds, num_workers=k).",
+        RuntimeWarning,
+        varies=True,
+    )
+
+
+class Carrying:
+    """A DataLoader fetcher's ``collate_fn``, in a worker of it over a TorchDataset: what
+    it makes of a :class:`Relayed` batch (a dict of its own, a tuple, an object of the
+    user's class) goes to the main process with the batch's news (:class:`Parcel`).
+    A collate that keeps the batch (the default's copy) leaves the news on it."""
+
+    def __init__(self, collate: Callable[[Any], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, data: Any) -> Any:
+        try:
+            out = self.collate(data)
+        except BaseException:
+            if isinstance(data, Relayed):  # (the error goes to the main process instead)
+                say_corrupt_news(data.news.take())
+            raise
+        if isinstance(data, Relayed) and not isinstance(out, Relayed):
+            news = data.news.take()  # (once: a copy of it inside ``out`` carries none)
+            if news:
+                return Parcel(out, news)
+        return out
+
+
+class Parcel:
+    """What a user's ``collate_fn`` made of a :class:`Relayed` batch, and its news:
+    unpickled in the main process as that, the news merged (:func:`_arrived`)."""
+
+    def __init__(self, batch: Any, news: CorruptNews) -> None:
+        self.batch, self.news = batch, news
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_arrived, (self.batch, self.news))
+
+
+def _arrived(batch: Any, news: CorruptNews) -> Any:
+    """A :class:`Relayed` batch (or a :class:`Parcel`) in the process that unpickles it
+    (the DataLoader's main thread, or its pin-memory thread): its news merged, the batch
+    as it was. A merge over ``max_corrupt`` comes as the worker's own errors do (torch's
+    ``ExceptionWrapper``, raised in the loop: raised here, a pin-memory thread died of
+    it, unsaid). Still in the worker (a ``copy.deepcopy`` of it there), the news stay
+    with the copy."""
+    if not news:
+        return batch
+    if get_worker_info() is not None:
+        return Relayed(batch, news) if type(batch) is dict else Parcel(batch, news)
     try:
         merge_corrupt_news(news)
     except DataError:
