@@ -59,19 +59,20 @@ def test_only_the_fields_asked_must_be_held(tmp_path: Path) -> None:
     src.close()
 
 
-def test_under_replace_a_shard_without_captions_is_named_and_left_out(tmp_path: Path) -> None:
-    # Under replace a shard is judged whole (its reads decode it whole): one sample
-    # without its caption would have every sample of its shard replaced when read; it is
-    # named at open and planned no sample instead (docs/files.md says so).
+def test_under_replace_a_sample_without_its_caption_is_replaced_alone(tmp_path: Path) -> None:
+    # Until 2026-12-07 (session 54) the shard was named at open and left out whole
+    # (counts [5, 0, 5]): its four captioned samples were lost. Now it is counted whole,
+    # named at open, and the uncaptioned sample alone is replaced when read.
     root = _shards(tmp_path / "wds", uncaptioned=(7,))
     src = FileSource(root, format="tar", datasets=("jpg", "txt"), on_corrupt="replace")
-    assert src.counts.tolist() == [5, 0, 5]
+    assert src.counts.tolist() == [5, 5, 5]
     assert any("00001.tar" in name for name in src.corrupt_files)
-    with Loader(src, batch_size=5, seed=0, steps=2) as loader:
+    with Loader(src, batch_size=5, seed=0, steps=3) as loader:
         for batch in loader:
+            assert 7 not in batch["index"].tolist()
             for text in batch["txt"]:
                 assert bytes(np.asarray(text)).startswith(b"photo ")
-    assert src.replaced_samples == 0
+    assert src.replaced_samples == 1
     src.close()
 
 

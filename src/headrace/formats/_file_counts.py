@@ -47,7 +47,7 @@ from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._object_files import named_url
 from headrace.formats._sparse import BLOCK, Span, SparseImage
-from headrace.formats._tar import TarIndex, check_fields, tar_index
+from headrace.formats._tar import TarIndex, broken_fields, check_fields, tar_index
 from headrace.formats._tar_ranges import TarIndexes
 from headrace.formats._tfrecord import walk_records
 from headrace.formats._url_glob import local_pattern
@@ -132,12 +132,13 @@ def _count_one(
     files: FileList,
     i: int,
     queue: RequestQueue | None,
+    check: bool = True,
 ) -> tuple[int, int, int, bytes | TarIndex | None]:
     """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
     (tar) its index or (TFRecord, ArrayRecord) its record or chunk index (TFRecord: each
-    record's data offset, then    length, as int64). A tar shard where a sample
-    lacks a field asked is refused here (under ``on_corrupt="replace"`` counted 0 and
-    named: a shard is judged whole there, as its reads would judge it)."""
+    record's data offset, then length, as int64). A tar shard where a sample lacks a
+    field asked is refused here where ``check`` (else, under ``on_corrupt="replace"``,
+    counted whole: :func:`header_counts` notes it, and those samples are replaced)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(files, i)
@@ -162,7 +163,7 @@ def _count_one(
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         elif fmt.name == "tar":
             index = tar_index(f.at, size, name)
-            if datasets:  # a sample lacking a field asked: refused now, not hours in
+            if datasets and check:  # a sample lacking a field asked: refused now, not hours in
                 check_fields(index, datasets, name)
             n, head = len(index), index  # kept: the reads need not walk it again
         elif fmt.name in ("tfrecord", "array_record"):
@@ -204,7 +205,10 @@ def header_counts(
     ``corrupt`` (``on_corrupt="replace"``): where a file whose header is damaged (a
     :class:`DataError`: it does not parse, an array without rows, a dataset or member
     it lacks) is kept, by file, with a count of 0 (no sample of it is planned), not
-    raised; a storage error still raises. Counts with one are not kept in the cache.
+    raised; a storage error still raises. A tar shard where samples lack a field asked
+    is counted whole there, its :class:`~headrace.formats._tar.BrokenSample` kept (each
+    such sample is replaced when read: until 2026-12-07 the shard was counted 0, its
+    other samples lost). Counts with one are not kept in the cache.
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
@@ -229,11 +233,17 @@ def header_counts(
 
     def job(i: int) -> None:
         nonlocal kept_bytes
-        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue)
+        c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue, corrupt is None)
         counts[i] = c
+        broken = None
+        if isinstance(head, TarIndex) and corrupt is not None and datasets:
+            broken = broken_fields(head, datasets, files.name(i))
         with lock:
             stats.reads += reads
             stats.bytes += nbytes
+            if broken is not None:
+                assert corrupt is not None
+                corrupt[i] = broken
             if isinstance(head, TarIndex):
                 if indexes is not None:
                     indexes.keep(i, head)

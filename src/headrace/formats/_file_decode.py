@@ -32,6 +32,7 @@ from headrace.formats._files import FileFormat
 from headrace.formats._image_slots import ImageSlots, image_layout
 from headrace.formats._npz import Inflated
 from headrace.formats._sparse import MappedImage, SparseImage
+from headrace.formats._tar import raise_broken
 from headrace.formats._tar_ranges import TarImage, TarIndexes
 from headrace.io import usable_cpus
 from headrace.io._daemon_pool import DaemonPool
@@ -77,7 +78,7 @@ class FileDecoder:
     _kept: int | None = field(default=None, init=False)
     # The kept file's deflated NPZ members read by rows, inflated (see Inflated).
     _inflated: tuple[int, Inflated] | None = field(default=None, init=False)
-    # Under shuffle="samples", every file's (see Inflated).
+    # Under shuffle="samples" and map-style, every file's (see Inflated).
     _all_inflated: Inflated | None = field(default=None, init=False)
     # The keys of the first file decoded (name, keys): every file must hold the same.
     _keys: tuple[str, list[str]] | None = field(default=None, init=False)
@@ -182,6 +183,7 @@ class FileDecoder:
             tar_index=index,
             verify=c.verify,
             inflated=inflated,
+            broken=self._broken,
         )
         if isinstance(data, MappedImage):
             # Copies, not views of the map (a batch must not hold a file's pages), of
@@ -208,13 +210,50 @@ class FileDecoder:
 
     def decode_one(self, f: int, data: Any, item: int) -> Sample | DataError:
         """Item ``item`` of file ``f`` decoded whole, copied out of it (map-style and
-        replacements read a file per sample), or its error (as :meth:`pick_checked`)."""
+        replacements read a file per sample), or its error (as :meth:`pick_checked`).
+        An NPZ of several samples is read by that row, its deflated members kept
+        inflated for the file's other samples (each sample inflated them whole: a
+        file of 16 samples, 16 times an epoch)."""
+        if self.rows and self.config.decode and self.format.name == "npz":
+            rows = np.array([item], np.int64)
+            inflated = self.inflated()
+            decoded = self._checked(lambda: self.decode(f, data, rows=rows, inflated=inflated))
+            return self.pick_checked(decoded, f, item, own=True, rows=rows)
         return self.pick_checked(self._checked(lambda: self.decode(f, data)), f, item, own=True)
+
+    def inflated(self) -> Inflated:
+        """The deflated NPZ members kept inflated for every file (shuffle="samples",
+        map-style): one :class:`Inflated` a source, in each process."""
+        kept = self._all_inflated
+        if kept is None:
+            map_style = self.config.mode == "map-style"
+            kept = self._all_inflated = Inflated(
+                _inflated_again_per_sample if map_style else _inflated_again
+            )
+        return kept
+
+    def kept_members(self, f: int) -> npz.KeptMembers | None:
+        """File ``f``'s NPZ members read, where all are kept inflated (:class:`Inflated`):
+        a read of their rows needs none of its bytes, which need not be fetched."""
+        kept = self._all_inflated
+        if kept is None or self.format.name != "npz":
+            return None
+        return kept.members(self.name(f), self.config.datasets)
+
+    @property
+    def _broken(self) -> bool:
+        """Whether a tar sample that does not read is replaced alone (``on_corrupt=
+        "replace"``): its shard decodes, the sample's error in its place (see
+        :func:`~headrace.formats._tar.decode_tar`), raised when it is picked."""
+        return self.format.name == "tar" and self.config.on_corrupt == "replace"
 
     def pick(self, arrays: Sample, f: int, item: int) -> Sample:
         """Item ``item`` of file ``f``'s decoded arrays (a :class:`DataError` naming the
-        file where its leading axis is not its count)."""
-        return pick_item(arrays, item, self.plan.count(f), self.name(f), counted=self.counted)
+        file where its leading axis is not its count; a tar sample's that does not read)."""
+        got = pick_item(arrays, item, self.plan.count(f), self.name(f), counted=self.counted)
+        if self._broken:
+            raise_broken(got)
+        return got
 
     def pick_checked(
         self,
@@ -237,6 +276,8 @@ class FileDecoder:
             if rows is not None:
                 at = int(np.searchsorted(rows, item))
                 got = pick_item(arrays, at, len(rows), self.name(f), counted=True)
+                if self._broken:
+                    raise_broken(got)
             else:
                 got = self.pick(arrays, f, item)
             return {k: v.copy() for k, v in got.items()} if own and self.rows else got
@@ -344,9 +385,7 @@ class FileDecoder:
         self._inflated = None
         if rows is not None and self.format.name == "npz" and self.config.shuffle == "samples":
             # A few rows of most files a read, all epoch long: every file's kept (bounded).
-            if self._all_inflated is None:
-                self._all_inflated = Inflated(_inflated_again)
-            inflated = dict.fromkeys(order, self._all_inflated)
+            inflated = dict.fromkeys(order, self.inflated())
         elif keep is not None and rows is not None and self.format.name == "npz":
             self._inflated = (keep, inflated.setdefault(keep, Inflated()))
 
@@ -442,6 +481,19 @@ def _inflated_again(name: str) -> None:
         "inflates its members up to N times). Write the files with np.savez (stored: "
         'rows read without inflating), or read them with shuffle="files" (a file\'s rows '
         "in runs: inflated about once an epoch)"
+    )
+
+
+def _inflated_again_per_sample(name: str) -> None:
+    """Said once a source, when deflated NPZ members read by ``mode="map-style"`` outgrow
+    what is kept inflated (:class:`Inflated`)."""
+    warn_user(
+        f'{name}: the deflated NPZ members (np.savez_compressed) read by mode="map-style" '
+        f"inflate to more than the {byte_size(npz.KEPT_INFLATED)} kept inflated (a source, "
+        "in each process): members let go are inflated whole again (and fetched again) "
+        "for each later sample of their file. Write the files with np.savez (stored: rows "
+        'read without inflating), or read them with mode="headrace" and shuffle="files" '
+        "(a file's rows in runs: inflated about once an epoch)"
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import unicodedata
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -102,6 +102,7 @@ def file_classes(
     classes: tuple[str, ...] | None,
     folders: Sequence[str] = (),
     other: str = "",
+    listed: Mapping[str, Collection[str]] | None = None,
 ) -> tuple[tuple[str, ...], NDArray[np.int32]]:
     """The class names and each file's class number. ``keys``: the files' names relative
     to the folder or prefix ``where`` (``rooted``), else as listed (full names, whose
@@ -110,7 +111,9 @@ def file_classes(
     in ``where`` (a local folder's, or those an object store's listing shows): one that
     holds no file is refused with ``labels="folders"`` and no ``classes``, as
     ``ImageFolder`` refuses it; ``other``: what the listing said of the files of another
-    format it left out (their folder may be one of those)."""
+    format it left out (their folder may be one of those); ``listed``: the folders an
+    object store's listing (a glob's) showed below each folder it went through, by URL
+    (:func:`_tell_skipped_classes`)."""
     place = where or "the list of files"
     # The keys are read once (a packed name is decoded each time it is read: 0.3 s for
     # ImageNet's 1.28M), and only the class names after that.
@@ -158,7 +161,7 @@ def file_classes(
             + (f"; the listing {other}" if other else "")
         )
     if classes is None and labels == "folders" and not rooted:
-        _tell_skipped_classes(set(parents))
+        _tell_skipped_classes(set(parents), listed or {})
     if classes is None and labels == "folders" and rooted and len(found) == 1:
         _tell_one_class(keys, where, next(iter(found)))
     names = sorted(found) if classes is None else list(classes)
@@ -185,27 +188,29 @@ def file_classes(
 _MOST_CLASS_ROOTS = 64
 
 
-def _tell_skipped_classes(parents: set[str]) -> None:
-    """Warn where local files listed (a glob, ``train/*/*.jpg``, or a list) leave out a
-    class folder beside their own (``parents``: the folders they are in): numbered
-    without it, the classes after it get other numbers than in a split where it holds
-    files (``c`` 1 here, 2 in a validation split whose ``b`` holds JPEGs). A folder read
-    whole refuses such a folder, as ImageFolder does; listed files were numbered without
-    it in silence until 2026-12-07. (The keys are read once, by the caller.)"""
+def _tell_skipped_classes(parents: set[str], listed: Mapping[str, Collection[str]]) -> None:
+    """Warn where files listed (a glob, ``train/*/*.jpg``, or a list) leave out a class
+    folder beside their own (``parents``: the folders they are in): numbered without it,
+    the classes after it get other numbers than in a split where it holds files (``c`` 1
+    here, 2 in a validation split whose ``b`` holds JPEGs). A folder read whole refuses
+    such a folder, as ImageFolder does; listed files were numbered without it in silence
+    until 2026-12-07 (on object storage too, where the folders beside are those a glob's
+    listing showed, ``listed``). (The keys are read once, by the caller.)"""
     by_root: dict[str, set[str]] = {}
     for parent in parents:
-        if "://" in parent:
-            continue  # an object store's: no folder to list here
         root, _, name = parent.rpartition("/")
         by_root.setdefault(root, set()).add(name)
     if len(by_root) > _MOST_CLASS_ROOTS:
         return  # not a tree of class folders
     for root, names in sorted(by_root.items()):
-        try:
-            with os.scandir(root or ".") as it:
-                beside = {e.name for e in it if e.is_dir() and not e.name.startswith(".")}
-        except OSError:
-            continue
+        if "://" in root:  # an object store's: no folder to list here, but its listing's
+            beside = {n for n in listed.get(root, ()) if not n.startswith(".")}
+        else:
+            try:
+                with os.scandir(root or ".") as it:
+                    beside = {e.name for e in it if e.is_dir() and not e.name.startswith(".")}
+            except OSError:
+                continue
         skipped = sorted(beside - names)
         if skipped:
             warn_user(

@@ -120,6 +120,9 @@ class FileList:
     #: folders, those that hold no file too: on object storage, those the listing
     #: shows, by a marker or an object of another format; ``()`` for a list or a glob)
     folders: tuple[str, ...] = ()
+    #: an object-store glob's: the folders its listing showed below each folder it went
+    #: through, by URL (the class folders beside its matches, ``labels="folders"``)
+    beside: Mapping[str, frozenset[str]] = field(default_factory=dict, repr=False)
     #: how the cache names object ``i`` (object-store datasets with a cache)
     cache_key: Callable[[int], str] | None = field(default=None, repr=False)
 

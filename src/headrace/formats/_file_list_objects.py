@@ -7,7 +7,7 @@ listed (its ETag), through the object cache where there is one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from headrace.errors import HeadraceError, ObjectNotFoundError, StorageError
@@ -36,6 +36,7 @@ from headrace.io import ObjectCache, ObjectInfo
 from headrace.io._open_files import gone_error
 
 __all__ = [
+    "folders_below",
     "is_url_pattern",
     "object_glob",
     "remote_list",
@@ -64,8 +65,9 @@ def object_glob(
     found = _glob_matches(url, options)
     if found is None:
         return None
-    store, listed, missed = found
+    store, listed, missed, beside = found
     out = remote_list(store, columns(listed), options, cache)
+    out.beside = beside
     if missed:  # counted and said, as a local glob's are (_file_list._case_glob)
         out.other, out.other_said = len(missed), case_missed_said(len(missed), url, missed[0])
     return out
@@ -79,11 +81,12 @@ def is_url_pattern(url: str) -> bool:
 
 def _glob_matches(
     url: str, options: Mapping[str, Any]
-) -> tuple[Any, list[tuple[str, int, str | None]], list[str]] | None:
+) -> tuple[Any, list[tuple[str, int, str | None]], list[str], dict[str, frozenset[str]]] | None:
     """The store at a pattern's root, open, the (key, size, ETag) of each object it
-    matches, and the URLs it misses only by the case of its extension (``*.jpg``:
+    matches, the URLs it misses only by the case of its extension (``*.jpg``:
     ``x.JPG``, which a prefix's listing reads; until 2026-12-07 left out unsaid, where a
-    local glob counted them); ``None`` where it names an object or prefix as written."""
+    local glob counted them), and the folders the listing showed (:func:`folders_below`);
+    ``None`` where it names an object or prefix as written."""
     from headrace.io import ObjectStore
 
     base = glob_root(url)
@@ -113,10 +116,28 @@ def _glob_matches(
                 f"{base}/); pass a pattern that matches the files, the prefix, or a list of "
                 "object URLs" + case_missed_hint(url, missed) + ESCAPE_HINT
             )
-        return store, listed, missed
+        return store, listed, missed, folders_below(store.url, (k for k, _, _ in every))
     except BaseException:
         store.close()
         raise
+
+
+def folders_below(base: str, keys: Iterable[str]) -> dict[str, frozenset[str]]:
+    """The folders below each folder that a listing of ``keys`` under ``base`` went
+    through, by URL: a glob (``s3://b/train/*/*.jpg``) whose matches leave out a class
+    folder (one of PNGs alone) is told of it from these, as a local glob is from its
+    folder's listing (:func:`~headrace.formats._file_labels.file_classes`); no request
+    more. A folder's, once (ImageNet's 1.28 million keys lie in 1,000)."""
+    below: dict[str, set[str]] = {}
+    for folder in {k.rpartition("/")[0] for k in keys}:
+        while folder:
+            parent, _, name = folder.rpartition("/")
+            names = below.setdefault(f"{base}/{parent}" if parent else base, set())
+            if name in names:
+                break  # and every folder above it, from another key
+            names.add(name)
+            folder = parent
+    return {url: frozenset(names) for url, names in below.items()}
 
 
 def without_markers(
@@ -286,16 +307,18 @@ def url_list(
     rows: list[tuple[str, int, str | None]] = []  # (named URL, size, ETag)
     plain: list[tuple[str, str]] = []
     missed: list[tuple[str, str]] = []  # (pattern, an object it missed by case)
+    beside: dict[str, frozenset[str]] = {}  # the folders the patterns' listings showed
     for named, given in pairs:
         found = _glob_matches(given, options) if is_url_pattern(given) else None
         if found is None:
             plain.append((named, given))
             continue
-        store, matched, by_case = found
+        store, matched, by_case, below = found
         store.close()
         missed += [(given, m) for m in by_case]
         at = named_url(glob_root(given))
         rows += [(f"{at}/{k}", size, etag) for k, size, etag in matched]
+        beside |= {named_url(u): names for u, names in below.items()}
     if plain:
         heads = ObjectFiles(options)
         try:
@@ -309,6 +332,7 @@ def url_list(
     keys = [u[len(root) + 1 :] for u, _, _ in rows]
     listed = (keys, [s for _, s, _ in rows], [e for _, _, e in rows])
     out = remote_list(ObjectStore(opened_at(root), **options), listed, options, cache)
+    out.beside = beside
     if missed:  # as a list of local paths and globs says them (_file_list._expand)
         out.other, out.other_said = len(missed), case_missed_said(len(missed), *missed[0])
     return out

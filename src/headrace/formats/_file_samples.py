@@ -83,13 +83,15 @@ def decode_file(
     tar_index: TarIndex | None = None,
     verify: bool = True,
     inflated: Inflated | None = None,
+    broken: bool = False,
 ) -> Sample:
     """Every array of one file, by output key (``image_mode``: JPEG, PNG and WebP only;
     ``exif_transpose``: JPEG and WebP only; ``out``: where a JPEG or PNG is decoded when it
     fits, see :func:`~headrace.formats._images.decode_jpeg`). HDF5, NPZ and NPY only:
     ``rows``, the samples to read (increasing), each array then ``(len(rows), ...)``;
     ``count``, the samples its leading axis must hold and what says so. Tar:
-    ``tar_index``, the shard's index where it was walked before. TFRecord:
+    ``tar_index``, the shard's index where it was walked before; ``broken``, a sample that
+    does not read is left in its place (see :func:`~headrace.formats._tar.decode_tar`). TFRecord:
     ``verify``, check each record's data CRC; ``decode=False``, each record's bytes. NPZ:
     ``inflated``, where deflated members read by rows are kept for the next read."""
     if fmt.name in ("tfrecord", "array_record"):
@@ -135,6 +137,7 @@ def decode_file(
             count=count,
             index=index,
             image_mode=image_mode,
+            broken=broken,
         )
     if fmt.name == "npz":
         crc = True

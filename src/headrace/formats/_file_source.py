@@ -48,7 +48,7 @@ from headrace.formats._image_slots import ImageSlots
 from headrace.formats._images import IMAGE_FORMATS, PNG16_PART
 from headrace.formats._npy_ranges import Held, RangedNpy
 from headrace.formats._object_files import named_url, opened_at
-from headrace.formats._tar import TarIndex
+from headrace.formats._tar import BrokenSample, TarIndex
 from headrace.formats._tar_ranges import RangedTar, TarIndexes
 from headrace.formats._tfrecord_ranges import RangedTfrecord
 from headrace.io import CacheStats, ObjectCache, ObjectStats, open_cache
@@ -272,7 +272,8 @@ class FileSource(Closing):
         self._indexes = TarIndexes() if self.format.name == "tar" else None
         if self._indexes is not None:
             self._indexes.take(tar_held or [])  # a worker's copy: its parent's walks
-        # Files whose header is damaged, under on_corrupt="replace": counted 0, noted below.
+        # Files whose header is damaged, under on_corrupt="replace": counted 0, noted below
+        # (tar shards where samples lack a field asked: counted whole, those replaced).
         bad_heads: dict[int, DataError] | None = {} if config.on_corrupt == "replace" else None
         if counts is None:  # a worker's copy carries its parent's counts: none read again
             counts, self.count_stats = resolve_counts(
@@ -287,9 +288,13 @@ class FileSource(Closing):
                 corrupt=bad_heads,
             )
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
+        # The files whose every sample this process found unreadable (see _replace).
+        self._unreadable: set[str] = set()
         try:
             for f, err in sorted((bad_heads or {}).items()):
-                self._note_corrupt(f, err, left_out=True)  # counted 0: none of it planned
+                # Counted 0: none of it planned (a tar shard of broken samples: counted
+                # whole, those replaced when read).
+                self._note_corrupt(f, err, left_out=not isinstance(err, BrokenSample))
         except DataError:
             self.files.close()
             raise
@@ -573,7 +578,15 @@ class FileSource(Closing):
 
     def _fetch_file(self, f: int) -> Any:
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
-        or, read by ranges, a sparse image holding what the reads planned need."""
+        or, read by ranges, a sparse image holding what the reads planned need (an NPZ
+        object whose members read are kept inflated: those, see :class:`~._npz.Inflated`)."""
+        # An NPZ on object storage whose members read are all kept inflated: none of its
+        # bytes is needed (the version listed, as inflated; a local file is read, which
+        # checks that it is still that version, and costs no round trip).
+        kept = self.decoder.kept_members(f) if self.files.remote else None
+        if kept is not None:
+            self._wanted.pop(f, None)
+            return kept
         # The rows noted are this fetch's: left noted, a later fetch of the file (the
         # next chunk's prefetch) fetched them again with its own.
         if self._by_rows is not None and self._by_rows.applies(f):
@@ -722,6 +735,7 @@ class FileSource(Closing):
             classes=classes,
             folders=f.folders,
             other=f.other_said,
+            listed=f.beside,
         )
 
     def labelled(self, batch: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
@@ -882,7 +896,7 @@ class FileSource(Closing):
                 f, item = (int(x) for x in self.plan.file_item(np.int64(r)))
                 name = self.files.name(f)
                 got: Sample | DataError
-                if name in self.corrupt_files:
+                if name in self._unreadable:
                     got = DataError(self.corrupt_files[name])
                 else:
                     got = self.decoder.decode_one(f, self.files.fetch(f), item)
@@ -908,19 +922,36 @@ class FileSource(Closing):
         )
 
     def _note_corrupt(self, f: int, err: DataError, left_out: bool = False) -> None:
-        self._note_corrupt_named(self.files.name(f), str(err), left_out)
+        """Note file ``f`` corrupt (see :meth:`_note_corrupt_named`); where ``err`` is not
+        a :class:`BrokenSample` (one sample of a tar shard), it holds no readable sample:
+        a replacement that lands in it is not decoded again (a shard of one broken
+        sample must not be: a process that had met it then rejected its readable
+        samples as replacements, where one that had not took them)."""
+        broken = isinstance(err, BrokenSample)
+        if not broken:
+            self._unreadable.add(self.files.name(f))
+        self._note_corrupt_named(self.files.name(f), str(err), left_out, some=broken)
 
-    def _note_corrupt_named(self, name: str, why: str, left_out: bool = False) -> None:
+    def _note_corrupt_named(
+        self, name: str, why: str, left_out: bool = False, some: bool = False
+    ) -> None:
         """Note a corrupt file (once), said in the log, counted against ``max_corrupt``.
         ``left_out``: its samples are left out of the run (a header that did not parse,
         counted 0; a shard an iterable pass skips), not replaced: until 2026-12-07 the
-        log said "replacing" of those too."""
+        log said "replacing" of those too. ``some``: only its samples that do not read
+        are replaced (a tar shard's: :class:`BrokenSample`)."""
         if name in self.corrupt_files:
             return
         self.corrupt_files[name] = why
         if not _relay(self._token, (name, why)):  # (a worker's: said by its main process)
-            done = "leaving out" if left_out else "replacing"
-            log.warning("headrace: %s the samples of a corrupt file: %s", done, why)
+            done = (
+                "leaving out the samples"
+                if left_out
+                else "replacing the broken samples"
+                if some
+                else "replacing the samples"
+            )
+            log.warning("headrace: %s of a corrupt file: %s", done, why)
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))
         if len(self.corrupt_files) > allowed:
             listed = "; ".join(list(self.corrupt_files.values())[:5])

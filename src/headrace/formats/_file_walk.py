@@ -466,8 +466,9 @@ def other_formats(extensions: tuple[str, ...], known: Iterable[str]) -> tuple[st
     return out + GZIPPED_TAR if ".tar" in extensions else out
 
 
-#: The formats ``format="image"`` reads together.
-_IMAGES = ("jpeg", "png", "webp")
+#: The formats ``format="image"`` reads together (``"image"``: the files it alone reads,
+#: BMP, TIFF, PPM and PGM).
+_IMAGES = ("jpeg", "png", "webp", "image")
 
 
 def other_skipped(
@@ -488,9 +489,11 @@ def other_skipped(
     if fmt in _IMAGES and set(extensions) & {".jpeg", ".png", ".webp"}:
         # Images of another format beside these (a class tree as ImageFolder reads it): a
         # source of their own would number its classes apart.
+        own = f", or read them with a FileSource of their own (format={fmt!r})"
+        own = "" if fmt == "image" else own
         return said + (
             "to read them with these (as torchvision's ImageFolder does, to RGB), pass "
-            f"format='image', or read them with a FileSource of their own (format={fmt!r})"
+            "format='image'" + own
         )
     return said + f"read the others with a FileSource of their own (format={fmt!r})"
 
@@ -527,11 +530,15 @@ def none_found(
     if others:
         held = ", ".join(f"{n:,} {e or '(no extension)'}" for e, n in others.most_common(3))
         text += f"; it holds {held}{', ...' if len(others) > 3 else ''}"
+        pillows = sorted(others.keys() & {".bmp", ".ppm", ".pgm"})
+        if pillows:
+            text += f"; {', '.join(pillows)} files are read by format='image' (to RGB)"
         if others.keys() & {".tif", ".tiff"}:
             text += (
-                "; TIFF is not decoded (Pillow reads a multi-page stack's first page only, "
-                "and 16-bit colour as 8 bits: a silent loss): convert such files to PNG "
-                "(16-bit kept), NPY or HDF5"
+                "; TIFF is not decoded by this format: format='image' reads it as "
+                "torchvision's ImageFolder does (to 8-bit RGB: 16-bit colour loses its low "
+                "bits; a multi-page stack refused); to keep every bit, convert such files "
+                "to PNG (16-bit kept), NPY or HDF5"
             )
         if ".tar" in extensions and others.keys() & {".gz", ".tgz"}:
             text += (

@@ -15,8 +15,9 @@ npz        ``{member: array}``; leading sample axis per member if several
 jpeg       ``(H, W, 3)`` ``uint8`` RGB (``mode=``: as Pillow's ``convert(mode)``)
 png        ``(H, W, C)`` ``uint8`` (C = 1, 2, 3, 4; 16-bit files stay ``uint16``)
            (``mode=``: as Pillow's ``convert(mode)``)
-image      JPEG, PNG and WebP files (a class tree as torchvision's ``ImageFolder``
-           reads it), each by its bytes as ``jpeg`` decodes them: RGB, or ``mode=``
+image      JPEG, PNG, WebP, BMP, TIFF, PPM and PGM files (a class tree as
+           torchvision's ``ImageFolder`` reads it), each by its bytes to RGB as
+           ``jpeg`` decodes, or ``mode=``
 hdf5       the named ``dataset``, or the samples ``index`` picks from its axis 0
 tar        ``{field: object array}``: a WebDataset shard, one decoded array a sample
 tfrecord   ``{feature: array}``, a 1-D ``object`` array of one array a record
@@ -40,7 +41,7 @@ from headrace.formats._array_record import decode_array_record, refuse_writing
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._hdf5 import decode_hdf5, encode_hdf5
 from headrace.formats._image_encode import encode_jpeg, encode_png, encode_webp
-from headrace.formats._images import IMAGE_FORMATS, decode_jpeg, decode_png
+from headrace.formats._images import IMAGE_FORMATS, decode_image, decode_jpeg, decode_png
 from headrace.formats._npy import decode_npy, encode_npy
 from headrace.formats._npz import decode_npz, encode_npz
 from headrace.formats._tar import decode_tar, encode_tar
@@ -124,8 +125,9 @@ def _encode_webp(arrays: Arrays, *, quality: int | None = None) -> bytes:
 def _refuse_image(*_: Any, **__: Any) -> bytes:
     """``image`` names the files a reader lists, not one encoding to write."""
     raise ConfigError(
-        "format='image' reads JPEG, PNG and WebP files together; to write one, name its "
-        "encoding: format='jpeg', format='png' or format='webp'"
+        "format='image' reads the image files of a class tree together (JPEG, PNG, WebP, "
+        "BMP, TIFF, PPM, PGM); to write one, name its encoding: format='jpeg', "
+        "format='png' or format='webp'"
     )
 
 
@@ -136,6 +138,10 @@ def _encode_hdf5(arrays: Arrays, *, chunks: bool = False, compression: str | Non
 def _encode_tfrecord(arrays: Arrays, *, gzip_level: int | None = None) -> bytes:
     return encode_tfrecord(_many(arrays), gzip_level=gzip_level)
 
+
+#: The image files ``format="image"`` alone reads (by Pillow): the rest of torchvision's
+#: ``IMG_EXTENSIONS``.
+_PILLOW_ONLY = (".bmp", ".tif", ".tiff", ".ppm", ".pgm")
 
 FILE_FORMATS: Mapping[str, FileFormat] = {
     f.name: f
@@ -179,12 +185,13 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
             zero_copy=False,
         ),
         FileFormat(
-            # An ImageFolder tree: photos beside PNG and WebP files, in one class folder or
-            # another. Each is decoded by its bytes (decode_jpeg reads PNG and WebP too)
-            # to RGB or image_mode, as ImageFolder's loader converts them.
+            # An ImageFolder tree: photos beside PNG, WebP, BMP, TIFF, PPM and PGM files
+            # (torchvision's IMG_EXTENSIONS), in one class folder or another. Each is
+            # decoded by its bytes to RGB or image_mode, as ImageFolder's loader converts
+            # them. The extensions after .webp are this format's alone.
             name="image",
-            extensions=(".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".webp"),
-            decoder=decode_jpeg,
+            extensions=(".jpeg", ".jpg", ".jpe", ".jfif", ".png", ".webp", *_PILLOW_ONLY),
+            decoder=decode_image,
             encoder=_refuse_image,
             zero_copy=False,
         ),
@@ -219,8 +226,10 @@ FILE_FORMATS: Mapping[str, FileFormat] = {
     )
 }
 _ALIASES = {"jpg": "jpeg", "h5": "hdf5", "arrayrecord": "array_record"}
-# An extension's own format: "image" lists the image formats' extensions together.
+# An extension's own format: "image" lists the image formats' extensions together, and
+# is the format of those it alone reads (a folder of .bmp files: format="image").
 _BY_EXT = {ext: f for f in FILE_FORMATS.values() if f.name != "image" for ext in f.extensions}
+_BY_EXT |= dict.fromkeys(_PILLOW_ONLY, FILE_FORMATS["image"])
 
 
 def file_format(fmt: str | FileFormat) -> FileFormat:

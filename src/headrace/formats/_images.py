@@ -71,6 +71,7 @@ __all__ = [
     "PNG16_PART",
     "ImageMode",
     "check_image_mode",
+    "decode_image",
     "decode_jpeg",
     "decode_png",
     "jpeg_layout",
@@ -78,7 +79,8 @@ __all__ = [
 ]
 
 #: FileSource's formats of one image a file, decoded to ``image`` (``"image"``: JPEG,
-#: PNG and WebP files listed together, each decoded as a JPEG's schema says).
+#: PNG, WebP, BMP, TIFF, PPM and PGM files listed together, each decoded as a JPEG's
+#: schema says: :func:`decode_image`).
 IMAGE_FORMATS = ("jpeg", "png", "webp", "image")
 #: What a decoder converts pixels to, named as Pillow names them (``Image.convert``).
 ImageMode: TypeAlias = Literal["L", "LA", "RGB", "RGBA"]
@@ -226,10 +228,18 @@ def _empty_error(name: str, kind: str) -> FormatError:
 
 def _meant(name: str) -> tuple[str, str, int, str]:
     """What a file the JPEG decoder met was meant to be, by its name: ``format="image"``
-    decodes every ``.png`` and ``.webp`` here too (an empty or garbled ``x.png`` was told
-    it was "not a JPEG (nor a PNG)"). The format, the others read, the bytes to show of
-    its start, and the signature expected."""
+    decodes every ``.png`` and ``.webp`` here too, and a ``.bmp``, ``.tif`` or ``.ppm``
+    whose signature is not its format's (an empty or garbled ``x.png`` was told it was
+    "not a JPEG (nor a PNG)"). The format, the others read, the bytes to show of its
+    start, and the signature expected."""
     ext = name.rpartition(".")[2].lower()
+    others = "a JPEG, PNG or WebP"
+    if ext == "bmp":
+        return "BMP", others, 4, "expected b'BM'"
+    if ext in ("tif", "tiff"):
+        return "TIFF", others, 4, "expected b'II*\\x00' or b'MM\\x00*'"
+    if ext in ("ppm", "pgm"):
+        return ext.upper(), others, 4, "expected b'P1' to b'P6'"
     if ext == "png":
         return "PNG", "a JPEG or WebP", 8, f"expected {_PNG_SIG!r}"
     if ext == "webp":
@@ -379,6 +389,123 @@ def decode_jpeg(
     turned = (w, h, c) if turn >= 5 else (h, w, c)  # 5-8 swap height and width
     fits = out is not None and out.shape == turned and out.dtype == arr.dtype
     return apply_orientation(arr, turn, out if fits else None)
+
+
+def decode_image(
+    data: Buffer,
+    *,
+    name: str,
+    mode: ImageMode | None = None,
+    exif_transpose: bool = False,
+    out: NDArray[np.uint8] | None = None,
+) -> NDArray[np.uint8]:
+    """``format="image"``'s decode: a file of any format torchvision's ``ImageFolder``
+    reads, told by its bytes, to ``(H, W, 3)`` RGB ``uint8`` or ``mode`` (its
+    ``Image.open(f).convert("RGB")``). JPEG, PNG and WebP as :func:`decode_jpeg` decodes
+    them; BMP, TIFF, PPM and PGM by Pillow (:func:`_decode_by_pillow`). ``exif_transpose``
+    and ``out`` as :func:`decode_jpeg`'s; a TIFF is turned upright by its orientation tag
+    whatever ``exif_transpose`` says, as Pillow loads it (and so torchvision reads it)."""
+    view = as_bytes_view(data, name)
+    kind = _pillow_only(view)
+    if kind is None:
+        return decode_jpeg(view, name=name, mode=mode, exif_transpose=exif_transpose, out=out)
+    want: ImageMode = check_image_mode(mode) or "RGB"
+    _check_out(out)
+    return _decode_by_pillow(view, name, kind, want, out)
+
+
+def _pillow_only(view: memoryview) -> str | None:
+    """The Pillow plugin of the formats ``format="image"`` reads besides JPEG, PNG and
+    WebP (the rest of torchvision's ``IMG_EXTENSIONS``) that ``view``'s signature names,
+    or ``None``: BMP, TIFF (BigTIFF too), and PPM's binary and plain P1-P6 (PGM's too)."""
+    head = bytes(view[:4])
+    if head[:2] == b"BM":
+        return "BMP"
+    if head in (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"):
+        return "TIFF"
+    if len(head) >= 3 and head[:1] == b"P" and head[1:2] in b"123456" and head[2:3].isspace():
+        return "PPM"
+    return None
+
+
+class _EndReader(BufferReader):
+    """A :class:`BufferReader` that notes a read that found the end of the file
+    (``ended``). Pillow's loader reads again only while its decoder wants more data, so
+    such a read while an image loads is a file cut short: Pillow refuses it, but where
+    ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` is set (a line many training scripts carry) it
+    pads the rest with zeros and says nothing."""
+
+    ended = False
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = super().readinto(buffer)
+        if n == 0 and memoryview(buffer).nbytes:
+            self.ended = True
+        return n
+
+
+def _decode_by_pillow(
+    view: memoryview,
+    name: str,
+    kind: str,
+    want: ImageMode,
+    out: NDArray[np.uint8] | None,
+) -> NDArray[np.uint8]:
+    """A BMP, TIFF or PPM (``kind``: its Pillow plugin) decoded by Pillow and converted to
+    ``want`` as ``Image.open(f).convert(want)`` does. Damage is refused, naming the file:
+    Pillow's errors, image data that the file ends before (:class:`_EndReader`; a TIFF's
+    strips or tiles past its end), and a multi-page TIFF, whose first page alone would
+    be a silent truncation of the sample (refused as an animated WebP is)."""
+    image_mod = _pil(name)
+    reader = _EndReader(view)
+    with _pil_errors(image_mod, name, kind), _pil_open(image_mod, view, kind, reader) as img:
+        try:
+            _check_pixels(img.size[1], img.size[0], name, kind)
+            pages = getattr(img, "n_frames", 1)
+            if pages != 1:
+                raise UnsupportedFormError(  # not damage: on_corrupt="replace" raises it
+                    f"{name}: a {kind} of {pages} pages, whose first page alone "
+                    "(torchvision's ImageFolder reads it) would be a silent truncation of the "
+                    "sample; headrace decodes single images only: save the pages you train "
+                    "on as files of their own"
+                )
+            if kind == "TIFF":
+                _check_tiff_data(img.tag_v2, len(view), name)
+            # (libtiff is handed the whole file, read to its end; a plain PPM's decoder may
+            # read there to end its last number: no sign of a cut for either)
+            told = not any(tile[0] in ("libtiff", "ppm_plain") for tile in img.tile)
+            reader.ended = False
+            img.load()
+        except (struct.error, IndexError, KeyError, TypeError) as exc:  # a header misread
+            raise FormatError(f"{name}: corrupt {kind} ({exc!r}): {RECOPY}") from exc
+        if told and reader.ended:
+            raise FormatError(
+                f"{name}: truncated {kind}: the file ({len(view):,} bytes) ends before its "
+                f"image data does: {RECOPY}"
+            )
+        if img.mode != want:
+            img = img.convert(want)
+        arr: NDArray[np.uint8] = np.asarray(img)
+    if arr.ndim == 2:
+        arr = arr[:, :, np.newaxis]
+    return _fit(arr, out)
+
+
+def _check_tiff_data(tags: Any, size: int, name: str) -> None:
+    """Refuse a TIFF whose strips (or tiles) end past the file's ``size``: the file is cut
+    short (libtiff, which decodes compressed TIFFs, is handed the bytes there are)."""
+    for offsets_tag, counts_tag in ((273, 279), (324, 325)):  # strips, tiles
+        offsets, counts = tags.get(offsets_tag), tags.get(counts_tag)
+        if offsets is None or counts is None:
+            continue
+        offsets = offsets if isinstance(offsets, tuple) else (offsets,)
+        counts = counts if isinstance(counts, tuple) else (counts,)
+        end = max((o + c for o, c in zip(offsets, counts, strict=False)), default=0)
+        if end > size:
+            raise FormatError(
+                f"{name}: truncated TIFF: its image data runs to byte {end:,}, the file has "
+                f"{size:,} bytes: {RECOPY}"
+            )
 
 
 def _orientation(view: memoryview) -> int:
@@ -599,12 +726,15 @@ def _pil_errors(image_mod: Any, name: str, kind: str) -> Iterator[None]:
         raise FormatError(f"{name}: corrupt or truncated {kind} ({why}): {RECOPY}") from exc
 
 
-def _pil_open(image_mod: Any, view: memoryview, kind: str) -> Any:
+def _pil_open(
+    image_mod: Any, view: memoryview, kind: str, reader: BufferReader | None = None
+) -> Any:
     """``Image.open(f, formats=[kind])`` without its decompression-bomb check, which
     :func:`_check_pixels` makes instead: over ``MAX_IMAGE_PIXELS`` Pillow warns and
     decodes, and making that warning an error (or ignoring it) takes a warning filter,
     which is process-wide; the plugin's own opener, as ``Image.open`` calls it, needs
-    none. Over twice the limit is refused, as Pillow refuses it."""
+    none. Over twice the limit is refused, as Pillow refuses it. ``reader``: the file
+    Pillow reads ``view`` through (a new one where ``None``)."""
     if kind not in image_mod.OPEN:
         image_mod.preinit()  # registers JPEG and PNG, as Image.open does
     if kind not in image_mod.OPEN:
@@ -616,7 +746,7 @@ def _pil_open(image_mod: Any, view: memoryview, kind: str) -> Any:
         )
     factory = image_mod.OPEN[kind][0]
     try:
-        return factory(BufferReader(view), None)
+        return factory(reader or BufferReader(view), None)
     except (SyntaxError, IndexError, TypeError, struct.error) as exc:
         # What Image.open says for these: no plugin could read the header.
         raise image_mod.UnidentifiedImageError(f"cannot identify image file ({exc})") from exc

@@ -40,7 +40,7 @@ from headrace.formats._npy import (
     encode_npy,
 )
 
-__all__ = ["Inflated", "decode_npz", "encode_npz", "npz_members", "npz_rows"]
+__all__ = ["Inflated", "KeptMembers", "decode_npz", "encode_npz", "npz_members", "npz_rows"]
 
 _ZIP_LOCAL = b"PK\x03\x04"
 
@@ -82,12 +82,15 @@ class Inflated:
     CRC-32 checked when it was inflated; every check a read by rows makes is made).
     ``full(name)``: called once, the first time a member of file ``name`` does not fit
     or another file's is let go for it (from then on members are inflated again).
+    An object whose members read are all kept is not fetched again (:meth:`members`).
     """
 
     def __init__(self, full: Callable[[str], None] | None = None) -> None:
         self.nbytes = 0  # (a member's bytes: its NPY file's, which its array views)
         self._members: OrderedDict[_MemberKey, tuple[NDArray[np.generic], int]] = OrderedDict()
         self._files: dict[str, int] = {}  # the bytes kept of each file
+        # The zip directory (npz_members) of each file with members kept.
+        self._dirs: dict[str, Mapping[str, zipfile.ZipInfo | FormatError]] = {}
         self._full = full
         self._lock = threading.Lock()  # (decode threads share one)
 
@@ -134,17 +137,64 @@ class Inflated:
         if let_go:
             self._said_full(name)
 
+    def note_directory(self, name: str, infos: Mapping[str, zipfile.ZipInfo | FormatError]) -> None:
+        """File ``name``'s members (:func:`npz_members`), kept while any of them is."""
+        with self._lock:
+            if name in self._files:
+                self._dirs[name] = infos
+
+    def members(self, name: str, keys: Sequence[str] | None) -> KeptMembers | None:
+        """File ``name``'s members ``keys`` (all where ``None``), where every one is kept
+        inflated: what a read of their rows takes in place of the file's bytes. On
+        object storage each read of a few rows of a file fetched it whole again, its
+        members kept or not (4 files of 16 samples, batches of 4: 4x their bytes an
+        epoch). The arrays are held from now until that read (let go here meanwhile,
+        they are not inflated again); the file is the one listed, as its bytes were."""
+        with self._lock:
+            infos = self._dirs.get(name)
+            if infos is None:
+                return None
+            found: dict[str, _MemberKey] = {}
+            for key in infos if keys is None else keys:
+                info = infos.get(key)
+                if not isinstance(info, zipfile.ZipInfo):
+                    return None  # (missing, or a key two names give: the bytes' decode says)
+                found[key] = self._key(name, info)
+                if found[key] not in self._members:
+                    return None
+            for member in found.values():
+                self._members.move_to_end(member)
+            arrays = {key: self._members[member][0] for key, member in found.items()}
+        return KeptMembers(infos, arrays) if arrays else None
+
     def _drop(self, key: _MemberKey) -> None:
         _, size = self._members.pop(key)
         self.nbytes -= size
         self._files[key[0]] -= size
         if not self._files[key[0]]:
             del self._files[key[0]]
+            self._dirs.pop(key[0], None)
 
     def _said_full(self, name: str) -> None:
         full, self._full = self._full, None
         if full is not None:
             full(name)
+
+
+class KeptMembers:
+    """An NPZ file's members as :class:`Inflated` keeps them, read in place of its bytes
+    (:meth:`Inflated.members`): ``infos``, its directory; ``arrays``, the members read."""
+
+    #: The bytes the read-ahead window holds for it: none fetched (the arrays are kept).
+    nbytes = 0
+
+    def __init__(
+        self,
+        infos: Mapping[str, zipfile.ZipInfo | FormatError],
+        arrays: dict[str, NDArray[np.generic]],
+    ) -> None:
+        self.infos = infos
+        self.arrays = arrays
 
 
 #: What zipfile raises for a damaged directory. NotImplementedError is one: an entry
@@ -335,7 +385,7 @@ def _member_bytes(
 
 
 def decode_npz(
-    data: Buffer,
+    data: Buffer | KeptMembers,
     *,
     name: str,
     keys: Sequence[str] | None = None,
@@ -355,7 +405,10 @@ def decode_npz(
     a deflated member is inflated whole (checked as always) but only they are kept,
     or, given ``inflated`` (the file's rows are read again by the next read), kept
     whole there and its rows taken from it (inflated once for every read of them).
+    ``data`` may be the members kept there (:meth:`Inflated.members`), not the file.
     """
+    if isinstance(data, KeptMembers):
+        return _kept_members(data, name, keys, rows, count)
     view = as_bytes_view(data, name)
     infos = npz_members(_zip_infos(view, name), name)
     wanted = list(infos) if keys is None else list(keys)
@@ -392,6 +445,32 @@ def decode_npz(
             # A run of rows is a view of the file (stored: no copy); else those rows.
             arr = arr[r0:r1] if r1 - r0 == len(rows) else arr[rows]
         out[key] = arr
+    if inflated is not None and rows is not None:
+        inflated.note_directory(name, infos)  # (its members kept: read without the file)
+    return out
+
+
+def _kept_members(
+    kept: KeptMembers,
+    name: str,
+    keys: Sequence[str] | None,
+    rows: NDArray[np.int64] | None,
+    count: tuple[int, str] | None,
+) -> dict[str, NDArray[np.generic]]:
+    """:func:`decode_npz` of members kept inflated, as it reads them from the file (each
+    was checked whole when it was inflated)."""
+    wanted = list(kept.infos) if keys is None else list(keys)
+    out: dict[str, NDArray[np.generic]] = {}
+    for key in wanted:
+        arr = kept.arrays[key]  # (Inflated.members holds every one asked)
+        if rows is None:
+            out[key] = arr  # the whole member, as a whole decode gives it (read-only)
+            continue
+        first = wanted[0] if key != wanted[0] else None
+        check_rows(arr.shape, rows, count, name, key, first)
+        picked = arr[rows]  # a copy of those rows, as from the kept member read
+        picked.setflags(write=False)
+        out[key] = picked
     return out
 
 

@@ -41,7 +41,7 @@ from headrace.formats._images import ImageMode, _empty_error, decode_jpeg, decod
 from headrace.formats._npy import decode_npy
 from headrace.formats._webp import decode_webp
 
-__all__ = ["TarIndex", "decode_tar", "encode_tar", "tar_index"]
+__all__ = ["BrokenSample", "TarIndex", "decode_tar", "encode_tar", "tar_index"]
 
 HEADER = 512
 #: Reads a shard's bytes: ``length`` bytes at ``offset`` (fewer at its end).
@@ -349,41 +349,90 @@ def tar_index(at: At, size: int, name: str) -> TarIndex:
     )
 
 
-def check_fields(index: TarIndex, fields: Sequence[str], name: str) -> None:
-    """Refuse a shard where a sample lacks a field asked (``datasets=``), when it is
-    counted: a crawl's few samples without a caption (img2dataset writes none where the
-    caption is missing) were found only when a read reached one, hours into a run,
-    though the walk that counted the shard had seen them. Counts every such sample."""
+class BrokenSample(DataError):
+    """One sample of a shard that does not read (it lacks a field asked, or a member of
+    it does not decode) where the shard's other samples do: under
+    ``on_corrupt="replace"`` that sample alone is replaced. Until 2026-12-07 a shard
+    where one sample lacked a field was left out of the run whole (counted 0 at open),
+    and one whose member did not decode had every sample replaced."""
+
+
+def _lacking(index: TarIndex, fields: Sequence[str]) -> tuple[str, NDArray[np.intp], int]:
+    """The first field asked that some samples lack, those samples, and how many lack a
+    field asked (``("", [], 0)`` where every sample holds them all)."""
     n = len(index)
-    if not n:
-        return
     first = index.first.astype(np.int64)
     owner = np.repeat(np.arange(n), first[1:] - first[:-1])  # each member's sample
+    found: tuple[str, NDArray[np.intp]] | None = None
+    broken = np.zeros(n, dtype=bool)
     for field in fields:
         f = index.names.index(field) if field in index.names else -1
         held = np.zeros(n, dtype=bool)
         if f >= 0:
             held[owner[index.field == f]] = True
         lacking = np.flatnonzero(~held)
-        if not len(lacking):
-            continue
-        r = int(lacking[0])
-        has = sorted(index.fields(r))
-        raise DataError(
-            f"{name}: sample {index.key(r)!r} (offset {int(index.header[r])}) has no field "
-            f"{field!r}; it holds {has} ({len(lacking)} of the shard's {n} samples lack "
-            f"{field!r})"
-            + (
-                _apart(index, r)
-                or _dotted(index.key(r), field, has)
-                or (
-                    f"; read without {field!r} if the run does not need it (leave it out of "
-                    "datasets), write the shards again without such samples, or pass "
-                    "on_corrupt='replace' (a shard is judged whole there: each such shard is "
-                    "then left out of the run, and named)"
-                )
-            )
-        )
+        if len(lacking) and found is None:
+            found = field, lacking
+        broken |= ~held
+    if found is None:
+        return "", np.empty(0, np.intp), 0
+    return found[0], found[1], int(np.count_nonzero(broken))
+
+
+def _lacking_said(index: TarIndex, field: str, lacking: NDArray[np.intp], name: str) -> str:
+    r = int(lacking[0])
+    has = sorted(index.fields(r))
+    return (
+        f"{name}: sample {index.key(r)!r} (offset {int(index.header[r])}) has no field "
+        f"{field!r}; it holds {has} ({len(lacking)} of the shard's {len(index)} samples lack "
+        f"{field!r})" + (_apart(index, r) or _dotted(index.key(r), field, has))
+    )
+
+
+def check_fields(index: TarIndex, fields: Sequence[str], name: str) -> None:
+    """Refuse a shard where a sample lacks a field asked (``datasets=``), when it is
+    counted: a crawl's few samples without a caption (img2dataset writes none where the
+    caption is missing) were found only when a read reached one, hours into a run,
+    though the walk that counted the shard had seen them. Counts every such sample."""
+    if not len(index):
+        return
+    field, lacking, _ = _lacking(index, fields)
+    if not len(lacking):
+        return
+    said = _lacking_said(index, field, lacking, name)
+    r = int(lacking[0])
+    if _apart(index, r) or _dotted(index.key(r), field, index.fields(r)):
+        raise DataError(said)
+    raise DataError(
+        f"{said}; read without {field!r} if the run does not need it (leave it out of "
+        "datasets), write the shards again without such samples, or pass "
+        "on_corrupt='replace' (each such sample is then replaced by another, the shard's "
+        "other samples read, and the shard named)"
+    )
+
+
+def broken_fields(index: TarIndex, fields: Sequence[str], name: str) -> BrokenSample | None:
+    """What :func:`check_fields` refuses, as news under ``on_corrupt="replace"``: the
+    shard is counted whole, and each sample lacking a field asked is replaced when read
+    (``None`` where every sample holds them)."""
+    if not len(index):
+        return None
+    field, lacking, broken = _lacking(index, fields)
+    if not broken:
+        return None
+    return BrokenSample(
+        f"{_lacking_said(index, field, lacking, name)}: each sample lacking a field asked "
+        f"({broken}) is replaced by another when read, the shard's other "
+        f"{len(index) - broken} are read"
+    )
+
+
+def raise_broken(sample: Mapping[str, NDArray[Any]]) -> None:
+    """Raise the :class:`BrokenSample` that :func:`decode_tar` (``broken=True``) left in
+    the place of a picked sample's arrays, if any."""
+    for a in sample.values():
+        if a.ndim == 0 and a.dtype.hasobject and isinstance(a.item(), BrokenSample):
+            raise a.item()
 
 
 def _decode_field(
@@ -400,6 +449,11 @@ def _decode_field(
         return np.array(decode_npy(data, name=name))  # its own copy, not a view of the shard
     if ext in _INTEGER_FIELDS:
         text = bytes(data).strip()
+        if not len(data):
+            raise DataError(
+                f"{name}: empty (0 bytes), not an integer in ASCII (webdataset's {ext} "
+                "field): an interrupted write? Write the shard again"
+            )
         try:
             return np.array(int(text), dtype=np.int64)
         except ValueError:
@@ -456,12 +510,16 @@ def decode_tar(
     count: tuple[int, str] | None = None,
     index: TarIndex | None = None,
     image_mode: ImageMode | None = None,
+    broken: bool = False,
 ) -> dict[str, NDArray[Any]]:
     """Each field of the shard's samples (``rows`` of them, all where ``None``), as an
     ``object`` array of one decoded array a sample (``fields``: those only; a sample
     without one is a :class:`DataError` naming shard, key and field). ``count``: the
     samples the shard must hold, and what says so; ``index``: the shard's, walked before
-    (else walked here over ``data``)."""
+    (else walked here over ``data``). ``broken`` (``on_corrupt="replace"``): a sample
+    lacking a field asked, or whose member does not decode, holds its
+    :class:`BrokenSample` in each field's place (:func:`raise_broken` raises it when
+    picked), not raised: that sample alone is replaced."""
     view = as_bytes_view(data, name)
     if index is None:
         index = tar_index(lambda a, n: view[a : a + n], len(view), name)
@@ -486,16 +544,23 @@ def decode_tar(
                     or "; give datasets=(...) naming the fields to read"
                 )
             )
-        for field in want:
-            got = held.get(field)
-            if got is None:
-                raise DataError(
-                    f"{name}: {where} has no field {field!r}; it holds {sorted(held)}"
-                    + (_apart(index, r) or _dotted(index.key(r), field, held))
-                )
-            a, size = got
-            what = f"{name}: {index.key(r)}.{field}"
-            out[field][i] = _decode_field(field, view[a : a + size], what, image_mode)
+        try:
+            for field in want:
+                got = held.get(field)
+                if got is None:
+                    raise DataError(
+                        f"{name}: {where} has no field {field!r}; it holds {sorted(held)}"
+                        + (_apart(index, r) or _dotted(index.key(r), field, held))
+                    )
+                a, size = got
+                what = f"{name}: {index.key(r)}.{field}"
+                out[field][i] = _decode_field(field, view[a : a + size], what, image_mode)
+        except DataError as exc:
+            if not broken or isinstance(exc, UnsupportedFormError):
+                raise  # (a form not read is no damage: see UnsupportedFormError)
+            err = BrokenSample(str(exc))
+            for field in want:
+                out[field][i] = err
     return out
 
 
