@@ -682,9 +682,8 @@ class TableSource(Closing):
                             else f"has {int(lengths[i])} items"
                         )
                         raise _row_error(
-                            f"{self._where()}: column {c!r}: row {int(rows[i])} (sample "
-                            f"{int(samples[i])}) {has}, more than width={self.widths[c]}; "
-                            "pass truncate=True to keep its first width items"
+                            f"{self._row_place(rows, samples, i, c)} {has}, more than width="
+                            f"{self.widths[c]}; pass truncate=True to keep its first width items"
                             + (_text_note(v.row(i)) if text else ""),
                             int(samples[i]),
                         ) from exc
@@ -696,9 +695,8 @@ class TableSource(Closing):
                 if beyond is not None:  # name the table's row, not the batch's
                     at, what = beyond
                     raise _row_error(
-                        f"{self._where()}: column {c!r}: row {int(rows[at])} (sample "
-                        f"{int(samples[at])}) {what} (widths={pair}); pass truncate=True to "
-                        "keep the first ones",
+                        f"{self._row_place(rows, samples, at, c)} {what} (widths={pair}); "
+                        "pass truncate=True to keep the first ones",
                         int(samples[at]),
                     )
                 # Checked above: cutting to the widths keeps every row whole unless truncate.
@@ -708,6 +706,15 @@ class TableSource(Closing):
         if self.vocab and rows.size:  # (no rows: a Mixture's layout read; reshape refused it)
             self._check_vocab(out, rows, samples)
         return out
+
+    def _row_place(
+        self, rows: NDArray[np.int64], samples: NDArray[np.int64], i: int, column: str
+    ) -> str:
+        """Where read row ``i`` lies: its file, the column, its row in that file (the table's
+        beside) and its sample (until 2026-12-07 a row too long named the table's folder
+        and row: which of its shards held it was the user's to work out)."""
+        where = self.table.row_names(rows[i : i + 1], samples[i : i + 1], column)[0]
+        return where.replace(f"column {column!r}, row", f"column {column!r}: row", 1)
 
     def _check_vocab(
         self, out: dict[str, NDArray[Any]], rows: NDArray[np.int64], samples: NDArray[np.int64]
