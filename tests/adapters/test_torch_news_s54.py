@@ -27,6 +27,9 @@ from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 from headrace.formats import FileSource  # noqa: E402
 from headrace.torch import TorchDataset  # noqa: E402
 
+# Forked DataLoader workers: JAX, imported by other tests of an xdist worker, warns at a fork.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 TRUNCATED = "007.npy"
 EMPTY = "023.npy"
 

@@ -252,8 +252,18 @@ class LocalFile(Closing):
         return self._fd < 0
 
     def current_size(self) -> int:
-        """The file's size now (``size`` is the size when it was opened)."""
-        return os.fstat(self.fd).st_size
+        """The file's size now (``size`` is the size when it was opened). A failed
+        ``fstat`` names the file: on a mount whose server was killed it is ENOTCONN, and
+        a mapped read's check of the size raised it bare, naming no file and no fix."""
+        try:
+            return os.fstat(self.fd).st_size
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(
+                exc.errno or errno.EIO,
+                f"{self.path}: cannot stat ({exc.strerror or exc}){gone_hint(exc, self.path)}",
+            ) from exc
 
     @property
     def direct_fd(self) -> int:
