@@ -580,11 +580,12 @@ class FileSource(Closing):
         """File ``f``'s bytes, checked against the listed size (see :class:`FileList`);
         or, read by ranges, a sparse image holding what the reads planned need (an NPZ
         object whose members read are kept inflated: those, see :class:`~._npz.Inflated`)."""
-        # An NPZ on object storage whose members read are all kept inflated: none of its
-        # bytes is needed (the version listed, as inflated; a local file is read, which
-        # checks that it is still that version, and costs no round trip).
-        kept = self.decoder.kept_members(f) if self.files.remote else None
+        # An NPZ whose members read are all kept inflated: none of its bytes is needed
+        # (the version listed, as inflated; a local file's stat checks it still is).
+        kept = self.decoder.kept_members(f)
         if kept is not None:
+            if not self.files.remote:
+                self.files.check_unread(f)
             self._wanted.pop(f, None)
             return kept
         # The rows noted are this fetch's: left noted, a later fetch of the file (the

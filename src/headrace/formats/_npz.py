@@ -82,7 +82,8 @@ class Inflated:
     CRC-32 checked when it was inflated; every check a read by rows makes is made).
     ``full(name)``: called once, the first time a member of file ``name`` does not fit
     or another file's is let go for it (from then on members are inflated again).
-    An object whose members read are all kept is not fetched again (:meth:`members`).
+    A file whose members read are all kept is not fetched again (:meth:`members`; a local
+    one's stat checks it is still the version listed).
     """
 
     def __init__(self, full: Callable[[str], None] | None = None) -> None:
