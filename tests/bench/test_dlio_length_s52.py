@@ -43,16 +43,20 @@ def test_list_says_how_long_the_compute_takes(
     root = tmp_path / "d"
     assert main(["bench", "--list", "--dlio", _yaml(tmp_path, 1.5), "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "plan: 1 warm-up step, then 3 trials x 4 steps per variant" in out
+    assert "plan: 4 warm-up steps (an untimed epoch" in out  # s54: an epoch, not a step
+    assert "then 3 trials x 4 steps per variant" in out
     assert (
-        "takes at least 1 min 30 s: the compute alone, 5 variants x 3 trials x 4 steps x 1.5 s "
+        "takes at least 2 min: the compute alone, 5 variants x (1 warm-up epoch + 3 trials) x "
+        "4 steps x 1.5 s "
         "(the reads come on top)"
     ) in out
     assert _files(root) == []
     # megatron_deepspeed listed: its length said, not refused (the plan alone)
     assert main(["bench", "--list", "--dlio", MEGATRON, *TINY, "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "takes at least 262 days: the compute alone, 3 variants x 311,541 trials" in out
+    assert (
+        "takes at least 262 days: the compute alone, 3 variants x (1 warm-up epoch + 311,541" in out
+    )
 
 
 def test_a_run_says_how_long_before_it_starts(
@@ -61,7 +65,10 @@ def test_a_run_says_how_long_before_it_starts(
     args = ["bench", "--dlio", _yaml(tmp_path, 0.002), "--root", str(tmp_path / "d")]
     assert main([*args, "-q", "--no-isolate"]) == 0
     err = capsys.readouterr().err
-    assert "takes at least 0.12 s: the compute alone, 5 variants x 3 trials x 4 steps" in err
+    assert (
+        "takes at least 0.16 s: the compute alone, 5 variants x (1 warm-up epoch + 3 trials) x 4"
+        in err
+    )
     assert err.index("takes at least") < err.index("plan: ") + 400  # beside the plan
 
 
@@ -71,18 +78,21 @@ def test_a_yaml_run_past_an_hour_is_refused_before_anything_is_written(
     root = tmp_path / "d"
     assert main(["bench", "--dlio", MEGATRON, *TINY, "--root", str(root), "-q"]) == 2
     err = capsys.readouterr().err
-    assert "megatron_deepspeed.yaml: 311,541 trials (train.epochs) x 270 steps" in err
+    assert "megatron_deepspeed.yaml: (1 warm-up epoch + 311,541 trials (train.epochs)) x 270" in err
     assert "take at least 262 days at the compute time alone" in err
     # what to type: a length that fits the hour, and how to run the YAML's as it is
-    assert "--trials 49 (49 trials of 270 steps: at least 59 min 28 s)" in err
+    assert "--trials 48 (48 trials of 270 steps and the warm-up epoch: at least 59 min 28 s)" in err
     assert "--trials 311541 --steps 270 runs this length as it is" in err
     assert _files(root) == []
     # --steps alone leaves the YAML's 311,541 trials: still refused
     assert main(["bench", "--dlio", MEGATRON, *TINY, "--root", str(root), "--steps", "2"]) == 2
     err = capsys.readouterr().err
-    assert "311,541 trials (train.epochs) x 2 steps (--steps)" in err
+    assert "311,541 trials (train.epochs)) x 2 steps (--steps)" in err
     assert "take at least 46 h 40 min" in err
-    assert "give --trials 6674 (6,674 trials of 2 steps: at least 59 min 59 s)" in err
+    assert (
+        "give --trials 6673 (6,673 trials of 2 steps and the warm-up epoch: at least 59 min 59 s)"
+        in err
+    )
     # and the check of a command line (docs' examples are checked by it) refuses it too
     args = command_parser("bench").parse_args(["--dlio", MEGATRON, *TINY])
     with pytest.raises(ConfigError, match="262 days"):
@@ -96,5 +106,8 @@ def test_trials_and_steps_given_run_it(tmp_path: Path, capsys: pytest.CaptureFix
     args += ["--no-isolate", "--trials", "1", "--steps", "2", "--variants", "headrace"]
     assert main([*args, "--json", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "takes at least 0.18 s: the compute alone, 1 variant x 1 trial x 2 steps" in err
+    assert (
+        "takes at least 0.36 s: the compute alone, 1 variant x (1 warm-up epoch + 1 trial) x 2"
+        in err
+    )
     assert out.exists()

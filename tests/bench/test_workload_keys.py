@@ -284,8 +284,12 @@ def test_dlio_epochs_are_trials_of_one_epoch_of_the_scaled_dataset(tmp_path: Pat
 def test_dlio_plan_says_where_its_steps_come_from() -> None:
     wl = dlio_workload(str(SHIPPED / "resnet50_h100.yaml"), scale=0.001, record_scale=0.01)
     plan = _plan(wl)
-    assert plan.startswith("plan: 1 warm-up step, then 5 trials x 3 steps per variant, and ")
-    assert "15 steps with compute (DLIO resnet50_h100.yaml: 5 epochs of 3 steps" in plan
+    assert plan.startswith("plan: 3 warm-up steps (an untimed epoch, so that the first trial ")
+    assert (
+        "then 5 trials x 3 steps per variant, and 18 steps with compute (1 warm-up epoch and "
+        in plan
+    )
+    assert "(DLIO resnet50_h100.yaml: 5 epochs of 3 steps" in plan
     tokens = _plan(builtin_workloads()["tokens"])
     assert tokens == "plan: 200 warm-up steps, then 5 trials x 1,000 steps per variant"
 

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace.bench._kind import Batch, Kind
+from headrace.bench._workload import WARMUP_EPOCHS
 from headrace.errors import HeadraceError
 
 __all__ = [
@@ -45,10 +46,6 @@ __all__ = [
 
 #: DLIO's ``metric_exclude_start_steps`` default: the first step of every epoch is left out.
 EXCLUDE_START_STEPS = 1
-
-#: Epochs each fresh stream runs before those AU counts: measured (the report's
-#: ``au_warmup``), not in the mean.
-WARMUP_EPOCHS = 1
 
 #: The most simulated accelerators :func:`max_accelerators` tries: a variant that keeps
 #: AU there is reported at it, "at least" (a note says so).

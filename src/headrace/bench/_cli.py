@@ -37,7 +37,7 @@ from headrace.bench._overrides import storage_options, workloads
 from headrace.bench._report import SCHEMA_VERSION, print_report, report_json, write_json
 from headrace.bench._runner import Interrupted, Progress, RunOptions, run_workload, stop_name
 from headrace.bench._slowfs_run import fuse_check
-from headrace.bench._workload import Workload, naming
+from headrace.bench._workload import WARMUP_EPOCHS, Workload, naming
 from headrace.emulate import SlowFSConfig
 from headrace.emulate._mounts import gone_mount
 from headrace.errors import ConfigError, HeadraceError
@@ -391,9 +391,20 @@ def _plan(wl: Workload) -> str:
     warm = n(max(1, t.warmup_steps), "warm-up step")
     if t.warmup_steps < 1:
         warm += " (the first batch, timed apart as time to first batch; --warmup 0 takes it too)"
+    elif wl.description.startswith("DLIO ") and t.warmup_steps == t.steps:
+        warm += (
+            " (an untimed epoch, so that the first trial begins as the later ones do: after "
+            "the other variants ran one)"
+        )
     out = f"plan: {warm}, then {n(t.trials, 'trial')} x {n(t.steps, 'step')} per variant"
     if t.computation_time > 0:
-        out += f", and {n(t.trials * t.steps, 'step')} with compute"
+        # The warm-up epoch with compute runs too (au_epochs): the plan said the trials'
+        # steps alone, an epoch a variant short of the run.
+        out += (
+            f", and {n((WARMUP_EPOCHS + t.trials) * t.steps, 'step')} with compute "
+            f"({n(WARMUP_EPOCHS, 'warm-up epoch')} and {n(t.trials, 'trial')}, of "
+            f"{n(t.steps, 'step')}: AU is the trials')"
+        )
     if wl.description.startswith("DLIO "):
         out += f" ({wl.description})"
     return out
@@ -432,9 +443,10 @@ def _length(wl: Workload, auto: bool = False) -> str | None:
         return None
     n = len(wl.variants)
     trials = f"{t.trials:,} trial{'' if t.trials == 1 else 's'}"
+    warm = f"{WARMUP_EPOCHS} warm-up epoch{'' if WARMUP_EPOCHS == 1 else 's'}"
     out = (
         f"takes at least {_duration(wl.compute_s)}: the compute alone, "
-        f"{n} variant{'' if n == 1 else 's'} x {trials} x {t.steps:,} steps x "
+        f"{n} variant{'' if n == 1 else 's'} x ({warm} + {trials}) x {t.steps:,} steps x "
         f"{t.computation_time:g} s (the reads come on top)"
     )
     if auto:
@@ -458,22 +470,23 @@ def _refuse_long_dlio(wl: Workload, args: argparse.Namespace) -> None:
     if args.trials is not None and args.steps is not None:
         return
     per_step = len(wl.variants) * t.computation_time
-    if t.steps * per_step <= LONG_RUN_S:
-        k = int(LONG_RUN_S // (t.steps * per_step))
+    w = WARMUP_EPOCHS  # each variant's warm-up epoch with compute, before its trials
+    if (w + 1) * t.steps * per_step <= LONG_RUN_S:
+        k = int(LONG_RUN_S // (t.steps * per_step)) - w
         shorter = (
-            f"--trials {k} ({k:,} trials of {t.steps:,} steps: at least "
-            f"{_duration(k * t.steps * per_step)})"
+            f"--trials {k} ({k:,} trials of {t.steps:,} steps and the warm-up epoch: at least "
+            f"{_duration((w + k) * t.steps * per_step)})"
         )
     else:
         k = min(t.trials, 3)
-        s = max(2, int(LONG_RUN_S // (k * per_step)))
+        s = max(2, int(LONG_RUN_S // ((w + k) * per_step)))
         shorter = (
-            f"--trials {k} --steps {s} (at least {_duration(k * s * per_step)}; a smaller "
-            "--record-scale shortens the compute with the records)"
+            f"--trials {k} --steps {s} (at least {_duration((w + k) * s * per_step)}; a "
+            "smaller --record-scale shortens the compute with the records)"
         )
     raise ConfigError(
-        f"{wl.source}: {t.trials:,} trials "
-        f"({'--trials' if args.trials is not None else 'train.epochs'}) x {t.steps:,} steps "
+        f"{wl.source}: ({w} warm-up epoch + {t.trials:,} trials "
+        f"({'--trials' if args.trials is not None else 'train.epochs'})) x {t.steps:,} steps "
         f"({'--steps' if args.steps is not None else 'an epoch each'}) x "
         f"{len(wl.variants)} variants take at least {_duration(wl.compute_s)} at the compute "
         f"time alone ({t.computation_time:g} s a step), past the {_duration(LONG_RUN_S)} a "

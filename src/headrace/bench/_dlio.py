@@ -424,7 +424,7 @@ def _refuse_past_int64(
     """Refuse a run of more samples than a Loader numbers (int64), in DLIO's keys: it was
     TrainConfig's "train: batch_size x (warmup_steps + trials x steps) ... give a smaller
     batch_size, steps or trials", naming no file and keys a DLIO YAML does not have."""
-    if batch * (1 + steps) >= 2**63:  # one epoch (and the warm-up step) alone
+    if batch * 2 * steps >= 2**63:  # one epoch (and the warm-up epoch) alone
         scaled = f" (at --scale {scale:g})" if scale != 1 else ""
         raise ConfigError(
             f"{path}: dataset.num_files_train x num_samples_per_file makes epochs of "
@@ -433,10 +433,11 @@ def _refuse_past_int64(
             f"there), a {'smaller --scale' if scaled else '--scale below 1'}, or a smaller "
             "num_files_train or num_samples_per_file"
         )
-    if batch * (1 + epochs * steps) >= 2**63:
+    if batch * (1 + epochs) * steps >= 2**63:
         raise ConfigError(
-            f"{path}: train.epochs {epochs:,} of {_n(steps, 'step')} of {_n(batch, 'sample')} are "
-            f"{epochs * steps * batch:,} samples, past 2**63, the most a run can number "
+            f"{path}: train.epochs {epochs:,} and a warm-up epoch, of {_n(steps, 'step')} of "
+            f"{_n(batch, 'sample')}, are {(1 + epochs) * steps * batch:,} samples, past 2**63, "
+            "the most a run can number "
             "(sample numbers are int64): give fewer train.epochs"
         )
 
@@ -621,7 +622,14 @@ def dlio_workload(
         batch_size=batch,
         steps=steps or trial_steps,
         trials=epochs,
-        warmup_steps=1,
+        # An untimed epoch (a trial's steps; --steps N: N) before the timed trials, each
+        # variant's in turn: its first trial then begins as the later ones do, after the
+        # other variants ran one. After one step, a read-ahead variant's trial 1 began
+        # from a queue barely started, the later ones from a queue filled while the others
+        # ran theirs: the slowest of 5 in 14 of 16 variants' runs, 0.17-0.89x the later
+        # ones' median (UNet3D --scale 1 --record-scale 0.01, 2c, 2026-12-07); after an
+        # epoch, in 2 of 16 (chance: 3.2), and trial 1 is no longer set apart.
+        warmup_steps=steps or trial_steps,
         computation_time=compute * record_scale,
         computation_time_stdev=compute_stdev * record_scale,
         au_threshold=_au(metric, path),

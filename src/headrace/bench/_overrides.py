@@ -55,6 +55,8 @@ def override(wl: Workload, args: argparse.Namespace) -> Workload:
         if wl.description.startswith("DLIO ") and "steps" in train:
             # The plan read "one epoch per trial" beside --steps 8 over epochs of 1 step.
             n = train["steps"]
+            # Its warm-up is a trial's steps (_dlio.py), --steps N's too, unless --warmup.
+            train.setdefault("warmup_steps", n)
             if n != wl.train.steps:
                 changes["description"] = wl.description.replace(
                     ", one epoch per trial;",

@@ -125,8 +125,10 @@ def short_au(r: dict[str, Any]) -> bool:
     return r.get("au") is not None and steps is not None and steps < SHORT_TRIAL_STEPS
 
 
-def short_au_note(steps: int) -> str:
-    """What the ``*`` beside an AU from short trials means (the table's, the plot's)."""
+def short_au_note(steps: int, *, dlio: bool = False) -> str:
+    """What the ``*`` beside an AU from short trials means (the table's, the plot's).
+    ``dlio``: of a ``--dlio`` run, whose trial is an epoch: "--steps 256" alone made its
+    trials many of its epochs each, no longer DLIO's; a larger --scale keeps one a trial."""
     if steps < 2:
         return (
             "AU* trials of 1 step with compute count none (the first left out, as DLIO "
@@ -136,6 +138,12 @@ def short_au_note(steps: int) -> str:
         f"AU* trials of {steps} steps with compute, {max(steps - 1, 0)} counted each (the "
         "first left out, as DLIO does), on a fresh stream: no read-ahead queue overstates "
         f"it, but few steps average it; use --steps {SHORT_TRIAL_STEPS} or more"
+        + (
+            " (trials of several epochs), or a larger --scale (epochs of more steps, one "
+            "a trial, as DLIO's)"
+            if dlio
+            else ""
+        )
     )
 
 
@@ -485,8 +493,15 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
     short = [r for r in report["results"] if short_trials(r) and not headline_rate(r)[4]]
     for steps in sorted({r["steps_per_trial"] for r in short}):
         print(short_trials_note(steps), file=out)
-    for steps in sorted({r["steps_per_trial"] for r in report["results"] if short_au(r)}):
-        print(short_au_note(steps), file=out)
+    dlio = {
+        w.get("name")
+        for w in report.get("workloads", ())
+        if str(w.get("description", "")).startswith("DLIO ")
+    }
+    au_short = [r for r in report["results"] if short_au(r)]
+    for steps in sorted({r["steps_per_trial"] for r in au_short}):
+        of = [r for r in au_short if r["steps_per_trial"] == steps]
+        print(short_au_note(steps, dlio=any(r["workload"] in dlio for r in of)), file=out)
     head, rows = _stage_rows(report)
     if rows:
         _print(
