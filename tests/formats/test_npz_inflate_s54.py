@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import headrace.formats._npz as npz
+from _npz_pairs import write_pairs
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -36,17 +37,7 @@ MEMBERS = {f"f{i}.npz: member '{k}.npy'" for i in range(FILES) for k in "xy"}
 
 
 def _write(root: Path) -> tuple[Path, Path]:
-    """The same arrays deflated (np.savez_compressed) and stored (np.savez)."""
-    rng = np.random.default_rng(54)
-    deflated, stored = root / "deflated", root / "stored"
-    deflated.mkdir()
-    stored.mkdir()
-    for i in range(FILES):
-        x = rng.integers(0, 8, (N, 64, 64)).astype(np.uint8)  # 4 KiB a sample
-        y = np.arange(N, dtype=np.int64) + 100 * i
-        np.savez_compressed(deflated / f"f{i}.npz", x=x, y=y)
-        np.savez(stored / f"f{i}.npz", x=x, y=y)
-    return deflated, stored
+    return write_pairs(root, files=FILES, n=N, side=64, seed=54, y_step=100)
 
 
 def _read(where: str | Path, *, epochs: int = 1, **kw: Any) -> tuple[str, FileSource]:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import headrace.formats._file_list as file_list
+from _npz_pairs import write_pairs
 from headrace.errors import ObjectNotFoundError, StorageError
 from headrace.formats import FileSource
 from headrace.io import LocalFile
@@ -32,17 +33,7 @@ FILES = 4
 
 
 def _write(root: Path) -> tuple[Path, Path]:
-    """The same arrays deflated (np.savez_compressed) and stored (np.savez)."""
-    rng = np.random.default_rng(54)
-    deflated, stored = root / "deflated", root / "stored"
-    deflated.mkdir()
-    stored.mkdir()
-    for i in range(FILES):
-        x = rng.integers(0, 8, (N, 64, 64)).astype(np.uint8)  # 4 KiB a sample
-        y = np.arange(N, dtype=np.int64) + 1000 * i
-        np.savez_compressed(deflated / f"f{i}.npz", x=x, y=y)
-        np.savez(stored / f"f{i}.npz", x=x, y=y)
-    return deflated, stored
+    return write_pairs(root, files=FILES, n=N, side=64, seed=54, y_step=1000)
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import headrace.formats._npz as npz
+from _npz_pairs import write_pairs
 from headrace.formats import FileSource
 from headrace.pipeline import Loader
 from headrace.testing import batch_digest
@@ -29,17 +29,7 @@ FILES = 4
 
 
 def _write(root: Path) -> tuple[Path, Path]:
-    """The same arrays deflated (np.savez_compressed) and stored (np.savez)."""
-    rng = np.random.default_rng(53)
-    deflated, stored = root / "deflated", root / "stored"
-    deflated.mkdir()
-    stored.mkdir()
-    for i in range(FILES):
-        x = rng.integers(0, 8, (N, 32, 32)).astype(np.uint8)  # 1 KiB a sample
-        y = np.arange(N, dtype=np.int64) + 1000 * i
-        np.savez_compressed(deflated / f"f{i}.npz", x=x, y=y)
-        np.savez(stored / f"f{i}.npz", x=x, y=y)
-    return deflated, stored
+    return write_pairs(root, files=FILES, n=N, side=32, seed=53, y_step=1000)
 
 
 def _digest(root: Path, *, epochs: int = 1, **kw: Any) -> str:
