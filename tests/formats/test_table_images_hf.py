@@ -76,8 +76,7 @@ def test_an_image_format_other_than_jpeg_or_png_is_named(
     with pytest.raises(
         FormatError,
         match=rf"t\.parquet: column 'image', row 2 \(sample 2\): not a JPEG \(nor a PNG\): "
-        rf"starts with .*; it is a {named} image, and headrace decodes JPEG, PNG and WebP "
-        r"only: re-encode it",
+        rf"starts with .*; it is a {named} image, .*re-encode it",
     ):
         src.read(0, np.arange(4))
 

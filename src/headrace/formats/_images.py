@@ -219,6 +219,23 @@ def _other_format(view: memoryview) -> str | None:
     return None
 
 
+def _other_hint(view: memoryview) -> str:
+    """What a JPEG or PNG decoder says of ``view`` when it is another format's image
+    (``""``: none it knows). A BMP, TIFF or PPM (PGM) is read by ``format="image"``,
+    where until 2026-12-07 every other format was said to need re-encoding."""
+    kind = _pillow_only(view)
+    if kind is not None:
+        return (
+            f"; it is a {kind} image, which FileSource reads with format='image': pass "
+            "format='image', or re-encode it as a JPEG, PNG or WebP (tables, tar and MDS "
+            "shards decode those only)"
+        )
+    other = _other_format(view)
+    if other is None:
+        return ""
+    return f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: re-encode it"
+
+
 def _empty_error(name: str, kind: str) -> FormatError:
     return FormatError(
         f"{name}: an empty file (0 bytes), not a {kind}: an interrupted copy, upload or "
@@ -252,16 +269,10 @@ def _check_jpeg(view: memoryview, name: str) -> None:
     if not len(view):
         raise _empty_error(name, kind)
     if len(view) < 4 or bytes(view[:2]) != _JPEG_SOI:
-        other = _other_format(view)
-        # Pillow would decode these, but a GIF may be animated: its first frame alone
-        # would be a silent truncation, so they are named and refused instead (a WebP,
-        # checked for animation, was decoded before this).
-        what = (
-            f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: "
-            "re-encode it as one of them"
-            if other
-            else f", {expected}"
-        )
+        # Pillow would decode the others, but a GIF may be animated: its first frame
+        # alone would be a silent truncation, so they are named and refused instead (a
+        # WebP, checked for animation, was decoded before this).
+        what = _other_hint(view) or f", {expected}"
         raise FormatError(
             f"{name}: not a {kind} (nor {nor}): starts with {bytes(view[:shown])!r}{what}"
         )
@@ -822,16 +833,12 @@ def decode_png(
         raise _empty_error(name, "PNG")
     if bytes(view[:8]) != _PNG_SIG:
         other = "JPEG" if bytes(view[:2]) == _JPEG_SOI else _other_format(view)
-        what = ""
         if other == "JPEG":
             what = "; it is a JPEG image: read the set with format='jpeg' (which reads PNGs too)"
         elif other == "WebP":
             what = "; it is a WebP image: read the set with format='webp'"
-        elif other:
-            what = (
-                f"; it is a {other} image, and headrace decodes JPEG, PNG and WebP only: "
-                "re-encode it"
-            )
+        else:
+            what = _other_hint(view)
         raise FormatError(
             f"{name}: not a PNG: starts with {bytes(view[:8])!r}, expected {_PNG_SIG!r}{what}"
         )

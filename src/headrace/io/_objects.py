@@ -456,11 +456,11 @@ class ObjectStore(Closing):
         """Fill the writable buffer ``out`` with the bytes at ``offset`` (a coroutine).
 
         Runs on any event loop (obstore drives the request; the loop only awaits
-        it), with this store's retries. With ``expect`` (from :meth:`stat`), a
-        response whose object size or entity tag differs is refused: the object
+        it), with this store's retries. With ``expect`` (from :meth:`stat` or a listing),
+        a response whose object size or entity tag differs is refused: the object
         was replaced or resized since, and its bytes must not be mixed with those
-        read before; one deleted since is said to be gone since it was opened, not merely
-        missing. ``out`` is only written with a complete, checked body.
+        read before; one deleted since is said to be gone since it was listed or opened,
+        not merely missing. ``out`` is only written with a complete, checked body.
         """
         dest = np.frombuffer(out, dtype=np.uint8)  # raises unless ``out`` is a flat buffer
         offset, length = check_range(offset, dest.size)
@@ -499,10 +499,11 @@ class ObjectStore(Closing):
             if expect is None or ": no such object (" not in str(exc):
                 raise  # never opened, or its bucket (container) is gone: said as such
             # Said as a local source says a file deleted mid-run (gone_error), not as the
-            # store's bare 404.
+            # store's bare 404. Not "when opened": a table's footer read, its opening,
+            # finds an object deleted since it was listed (``expect`` is a listing's).
             raise ObjectNotFoundError(
                 errno.ENOENT,
-                f"{where}: no such object now; it was there when opened "
+                f"{where}: no such object now; it was there when listed or opened "
                 f"({expect.size} bytes"
                 + (f", ETag {expect.etag}" if expect.etag else "")
                 + "), so it was deleted or moved while the run was reading it. Put it back "
