@@ -47,7 +47,7 @@ from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._object_files import named_url
 from headrace.formats._sparse import BLOCK, Span, SparseImage
-from headrace.formats._tar import TarIndex, broken_fields, check_fields, tar_index
+from headrace.formats._tar import BrokenSample, TarIndex, broken_fields, check_fields, tar_index
 from headrace.formats._tar_ranges import TarIndexes
 from headrace.formats._tfrecord import walk_records
 from headrace.formats._url_glob import local_pattern
@@ -162,7 +162,7 @@ def _count_one(
         elif fmt.name == "npz":
             n = npz_rows(f, name=name, key=datasets[0] if datasets else None)
         elif fmt.name == "tar":
-            index = tar_index(f.at, size, name)
+            index = tar_index(f.at, size, name, cut=not check)
             if datasets and check:  # a sample lacking a field asked: refused now, not hours in
                 check_fields(index, datasets, name)
             n, head = len(index), index  # kept: the reads need not walk it again
@@ -208,7 +208,9 @@ def header_counts(
     raised; a storage error still raises. A tar shard where samples lack a field asked
     is counted whole there, its :class:`~headrace.formats._tar.BrokenSample` kept (each
     such sample is replaced when read: until 2026-12-07 the shard was counted 0, its
-    other samples lost). Counts with one are not kept in the cache.
+    other samples lost); one cut short is counted by its samples before the cut (the
+    same at every walk, so the plan is too), the rest lost. Counts with one are not kept
+    in the cache.
     """
     if fmt.name not in _FIRST:
         raise ConfigError(
@@ -238,6 +240,8 @@ def header_counts(
         broken = None
         if isinstance(head, TarIndex) and corrupt is not None and datasets:
             broken = broken_fields(head, datasets, files.name(i))
+        if isinstance(head, TarIndex) and head.cut:  # (walked so under replace alone)
+            broken = BrokenSample(head.cut + (f"; and {broken}" if broken else ""))
         with lock:
             stats.reads += reads
             stats.bytes += nbytes

@@ -269,7 +269,8 @@ class FileSource(Closing):
         self.count_stats: CountStats | None = None
         heads: dict[int, bytes] = {}  # NPY headers the count read, for the reads by rows
         # Tar shards' indexes (the count's walks, kept for the reads), else None.
-        self._indexes = TarIndexes() if self.format.name == "tar" else None
+        cut = config.on_corrupt == "replace"  # (a shard cut short: its whole samples read)
+        self._indexes = TarIndexes(cut) if self.format.name == "tar" else None
         if self._indexes is not None:
             self._indexes.take(tar_held or [])  # a worker's copy: its parent's walks
         # Files whose header is damaged, under on_corrupt="replace": counted 0, noted below

@@ -73,6 +73,8 @@ class TarIndex:
     at: NDArray[np.integer[Any]]  # (members,) where its data starts
     size: NDArray[np.integer[Any]]  # (members,)
     names: tuple[str, ...]  # the fields, in the order first met
+    #: Where the shard was cut short (walked under on_corrupt="replace"): what that cost.
+    cut: str = ""
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -153,8 +155,12 @@ def _check_sum(block: bytes, name: str, offset: int) -> None:
         )
 
 
-def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
-    """Every regular file's ``(path, header offset, data offset, size)``."""
+def _members(
+    at: At, size: int, name: str, cut: bool = False
+) -> tuple[list[tuple[str, int, int, int]], str]:
+    """Every regular file's ``(path, header offset, data offset, size)``, and ``""``.
+    ``cut`` (``on_corrupt="replace"``): a shard cut short gives the members of its
+    samples before the cut and what the cut cost (else it is refused)."""
     if not size:  # not "cut short after its last whole member?" (tarfile refuses it too)
         raise _empty_error(name, "tar archive")
     if size >= 2 and bytes(at(0, 2)) == b"\x1f\x8b":
@@ -172,9 +178,12 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
     while pos < size:
         block = bytes(at(pos, HEADER))
         if len(block) < HEADER:
-            raise FormatError(
+            return _truncated(
+                out,
                 f"{name}: truncated: {len(block)} bytes at offset {pos} where a 512-byte tar "
-                f"header should be (the object holds {size})"
+                f"header should be (the object holds {size}); ",
+                None,
+                cut,
             )
         if block == bytes(HEADER):
             break  # the end marker; what follows is not read (as tarfile does)
@@ -200,11 +209,13 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
             )
         start = pos + HEADER
         if start + length > size and (kind in _FILE_TYPES or kind not in _NO_DATA):
-            cut = long_name or pax.get("path") or _name_of(block)
-            raise FormatError(
+            path = long_name or pax.get("path") or _name_of(block)
+            return _truncated(
+                out,
                 f"{name}: truncated: the tar member at offset {pos} holds {length} bytes, "
-                f"running past the end of the object ({size} bytes); "
-                + _whole_before(out, cut if kind in _FILE_TYPES else None)
+                f"running past the end of the object ({size} bytes); ",
+                path if kind in _FILE_TYPES else None,
+                cut,
             )
         step = start + (-(-length // HEADER) * HEADER)
         if kind in (b"L", b"x", b"X", b"g", b"K"):
@@ -250,11 +261,14 @@ def _members(at: At, size: int, name: str) -> list[tuple[str, int, int, int]]:
     else:
         # tarfile (and GNU tar) end every archive with zero blocks: a shard cut at a
         # member's end read as fewer samples, silently, without this.
-        raise FormatError(
+        return _truncated(
+            out,
             f"{name}: truncated: the tar archive ends at offset {pos} without its end marker "
-            "(a zero block): cut short after its last whole member? " + _whole_before(out, None)
+            "(a zero block): cut short after its last whole member? ",
+            None,
+            cut,
         )
-    return out
+    return out, ""
 
 
 def _name_of(block: bytes) -> str:
@@ -271,33 +285,44 @@ def _sample_key(path: str) -> str:
     return f"{folder}/{base.partition('.')[0]}" if folder else base.partition(".")[0]
 
 
-def _whole_before(out: list[tuple[str, int, int, int]], cut: str | None) -> str:
-    """What a truncated shard still holds, and what to do: a user of a crawl (one shard
-    of thousands cut by a failed copy) was told where the cut is, not what it cost.
-    ``out``: the members walked before the cut; ``cut``: the path of the member cut
-    short (its sample is not whole), ``None`` where the walk ended at a member's end
-    (the last sample read may lack members written after it)."""
+def _truncated(
+    out: list[tuple[str, int, int, int]], said: str, cut_path: str | None, cut: bool
+) -> tuple[list[tuple[str, int, int, int]], str]:
+    """A shard cut short: its members walked before the cut (``out``) whose samples are
+    whole, and ``said`` with what it still holds and what to do (refused where not
+    ``cut``). A user of a crawl (one shard of thousands cut by a failed copy) was told
+    where the cut is, not what it cost; under ``on_corrupt="replace"`` the shard was
+    left out whole until 2026-12-07, its whole samples lost. ``cut_path``: the member
+    cut short (its sample is not whole), ``None`` where the walk ended at a member's
+    end or in a header (the last sample read may lack members written after it: one
+    lacking a field asked is then replaced, as :func:`broken_fields` says)."""
     keys = [_sample_key(path) for path, *_ in out]
+    while cut_path is not None and keys and keys[-1] == _sample_key(cut_path):
+        keys.pop()  # the cut member's sample began before it
     samples = sum(1 for i, k in enumerate(keys) if not i or keys[i - 1] != k)
-    if cut is not None and keys and keys[-1] == _sample_key(cut):
-        samples -= 1  # the cut member's sample began before it
-    held = (
-        f"its first {samples} samples are whole"
-        if cut is not None
-        else f"its first {samples} samples are read, the last perhaps without all its members"
+    said += (
+        f"its first {samples} samples are whole, the sample cut short and any after it lost"
+        if cut_path is not None
+        else f"its first {samples} samples are read, the last perhaps without all its "
+        "members, any after the cut lost"
+    ) + (
+        ": copy the shard again (or leave it out of the list; under on_corrupt='replace' "
+        "those samples are read, only the rest lost)"
     )
-    return (
-        f"{held}, the rest lost: copy the shard again (or leave it out of the list; "
-        "under on_corrupt='replace' a truncated shard's samples are all left out of the run)"
-    )
+    if not cut:
+        raise FormatError(said)
+    return out[: len(keys)], said
 
 
 #: (Not damage: on_corrupt="replace" raises it, UnsupportedFormError.)
 _SPARSE = "sparse members are not read; write the shard again without --sparse (GNU tar -S)"
 
 
-def tar_index(at: At, size: int, name: str) -> TarIndex:
-    """The samples of the shard of ``size`` bytes that ``at`` reads (``name``: for errors)."""
+def tar_index(at: At, size: int, name: str, cut: bool = False) -> TarIndex:
+    """The samples of the shard of ``size`` bytes that ``at`` reads (``name``: for errors).
+    ``cut`` (``on_corrupt="replace"``): a shard cut short gives its samples before the
+    cut, what it cost said in the index's ``cut`` (else it is refused): the same samples
+    at every walk, as they depend on the shard's bytes alone."""
     keys: list[bytes] = []
     header: list[int] = []
     first: list[int] = []
@@ -306,7 +331,8 @@ def tar_index(at: At, size: int, name: str) -> TarIndex:
     sizes: list[int] = []
     names: dict[str, int] = {}
     held: set[int] = set()  # the fields of the sample being read
-    for k, (path, offset, start, length) in enumerate(_members(at, size, name)):
+    members, said = _members(at, size, name, cut)
+    for k, (path, offset, start, length) in enumerate(members):
         folder, _, base = path.rpartition("/")
         stem, dot, field = base.partition(".")
         if not dot or not stem:
@@ -346,6 +372,7 @@ def tar_index(at: At, size: int, name: str) -> TarIndex:
         at=np.array(starts, dtype=offset_t),
         size=np.array(sizes, dtype=offset_t),
         names=tuple(names),
+        cut=said,
     )
 
 
@@ -429,10 +456,13 @@ def broken_fields(index: TarIndex, fields: Sequence[str], name: str) -> BrokenSa
 
 def raise_broken(sample: Mapping[str, NDArray[Any]]) -> None:
     """Raise the :class:`BrokenSample` that :func:`decode_tar` (``broken=True``) left in
-    the place of a picked sample's arrays, if any."""
+    the place of a picked sample's arrays, if any: a copy of it. Raised itself, it took a
+    traceback whose frames hold the decoded arrays that hold it, a cycle through a NumPy
+    object array, which the garbage collector does not traverse: every source that
+    replaced a broken sample stayed in memory, its decoder, plan and files with it."""
     for a in sample.values():
         if a.ndim == 0 and a.dtype.hasobject and isinstance(a.item(), BrokenSample):
-            raise a.item()
+            raise BrokenSample(*a.item().args)
 
 
 def _decode_field(
@@ -534,17 +564,17 @@ def decode_tar(
     for i, r in enumerate(picked):
         held = index.fields(r)
         where = f"sample {index.key(r)!r} (offset {int(index.header[r])})"
-        if fields is None and sorted(held) != want:
-            raise FormatError(
-                f"{name}: {where} holds fields {sorted(held)}, but sample {index.key(0)!r} "
-                f"holds {want}"
-                + (
-                    _apart(index, r)
-                    or _apart(index, 0)
-                    or "; give datasets=(...) naming the fields to read"
-                )
-            )
         try:
+            if fields is None and sorted(held) != want:  # (a shard's last, cut short, say)
+                raise FormatError(
+                    f"{name}: {where} holds fields {sorted(held)}, but sample "
+                    f"{index.key(0)!r} holds {want}"
+                    + (
+                        _apart(index, r)
+                        or _apart(index, 0)
+                        or "; give datasets=(...) naming the fields to read"
+                    )
+                )
             for field in want:
                 got = held.get(field)
                 if got is None:

@@ -64,9 +64,12 @@ class TarImage(SparseImage):
 class TarIndexes:
     """The indexes of the shards read last, up to ``INDEX_BYTES``: a shard's samples come
     in runs over many reads (``shuffle="files"``), and walking its headers again for
-    each took 0.09 s a read for 20,000 members."""
+    each took 0.09 s a read for 20,000 members. ``cut`` (``on_corrupt="replace"``): a
+    shard cut short is walked to its samples before the cut, as the count walked it
+    (see :func:`~headrace.formats._tar.tar_index`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cut: bool = False) -> None:
+        self.cut = cut
         self._lock = threading.Lock()
         self._kept: OrderedDict[int, TarIndex] = OrderedDict()  # least recently used first
         self._kept_bytes = 0
@@ -83,7 +86,7 @@ class TarIndexes:
         index = self.get(f)
         if index is None:
             view = as_bytes_view(data, name)
-            index = tar_index(lambda a, n: view[a : a + n], len(view), name)
+            index = tar_index(lambda a, n: view[a : a + n], len(view), name, self.cut)
             self.keep(f, index)
         return index
 
@@ -198,7 +201,7 @@ class RangedTar:
         index = self.indexes.get(f)
         if index is None:
             image.walking = files.remote
-            index = tar_index(image.at, image.size, image.name)
+            index = tar_index(image.at, image.size, image.name, self.indexes.cut)
             image.walking = False  # the members' reads are not a walk
             self.indexes.keep(f, index)
         image.index = index
