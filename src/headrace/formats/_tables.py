@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -648,13 +647,11 @@ class Table(Closing):
         return data
 
     def _went(self, p: int, exc: ObjectNotFoundError) -> ObjectNotFoundError:
-        """``exc``, a read's 404 of object ``p``, kept (the first one's) and said of the
-        object, not of one byte range: each of its rows the same message, as a local file
-        deleted says it (one line of check()'s report, not one a row group)."""
+        """``exc``, a read's 404 of object ``p``, kept (the first one's, naming the range
+        that found it gone): each of its rows the same message, as a local file deleted
+        says it (one line of check()'s report, not one a row group)."""
         if p not in self._gone:
-            said = exc.strerror or str(exc)
-            path = self._parts[p].path
-            self._gone[p] = re.sub(rf"^{re.escape(path)}, bytes \[\d+, \d+\)", path, said)
+            self._gone[p] = exc.strerror or str(exc)
         return ObjectNotFoundError(errno.ENOENT, self._gone[p])
 
     def _keep_fetched(self, fetched: dict[int, Fetched], reached: set[int]) -> None:
