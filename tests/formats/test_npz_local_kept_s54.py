@@ -135,3 +135,29 @@ def test_a_kept_file_cut_short_or_deleted_is_refused(
     deflated, _ = _write(tmp_path / "b")
     with pytest.raises(ObjectNotFoundError, match=r"f0\.npz: no such file now; .* listed it"):
         _kept_then(deflated, opens, lambda: os.remove(deflated / "f0.npz"), mode="map-style")
+
+
+def test_a_kept_file_whose_stat_fails_is_named(
+    tmp_path: Path, opens: collections.Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version check's stat failing (EIO: a mount's server gone bad) is a
+    StorageError naming the file, as an open's failure is (fault injection of
+    ``os.stat`` on that path; the reads before it real)."""
+    import errno
+
+    deflated, _ = _write(tmp_path)
+    target = str(deflated / "f2.npz")
+    real = os.stat
+
+    def fail() -> None:
+        def failing(path: Any, *a: Any, **kw: Any) -> os.stat_result:
+            if os.fspath(path) == target:
+                raise OSError(errno.EIO, "Input/output error", target)
+            return real(path, *a, **kw)
+
+        monkeypatch.setattr(os, "stat", failing)
+
+    with pytest.raises(StorageError) as caught:
+        _kept_then(deflated, opens, fail, mode="map-style")
+    assert caught.value.errno == errno.EIO
+    assert "f2.npz" in str(caught.value) and "Input/output error" in str(caught.value)
