@@ -13,32 +13,20 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
+from _corrupt_npys import EMPTY, TRUNCATED, write_corrupt_npys  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace.formats import FileSource  # noqa: E402
 from headrace.torch import TorchDataset  # noqa: E402
 
-TRUNCATED = "007.npy"
-EMPTY = "023.npy"
-
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("corrupt_stock")
-    for i in range(40):
-        np.save(root / f"{i:03d}.npy", np.full((4, 3), i, dtype=np.float32))
-    whole = (root / TRUNCATED).read_bytes()
-    (root / TRUNCATED).write_bytes(whole[: len(whole) - 20])
-    (root / EMPTY).write_bytes(b"")
-    for bad in (TRUNCATED, EMPTY):  # independently: NumPy cannot load either
-        with pytest.raises((ValueError, EOFError)):
-            np.load(root / bad)
-    return root
+    return write_corrupt_npys(tmp_path_factory.mktemp("corrupt_stock"))
 
 
 def _run(folder: Path, workers: int) -> tuple[FileSource, list[list[int]]]:

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
+from _corrupt_npys import EMPTY, TRUNCATED, write_corrupt_npys  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from headrace.formats import FileSource  # noqa: E402
@@ -30,22 +30,10 @@ from headrace.torch import TorchDataset  # noqa: E402
 # Forked DataLoader workers: JAX, imported by other tests of an xdist worker, warns at a fork.
 pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
-TRUNCATED = "007.npy"
-EMPTY = "023.npy"
-
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("corrupt_collate")
-    for i in range(40):
-        np.save(root / f"{i:03d}.npy", np.full((4, 3), i, dtype=np.float32))
-    whole = (root / TRUNCATED).read_bytes()
-    (root / TRUNCATED).write_bytes(whole[: len(whole) - 20])
-    (root / EMPTY).write_bytes(b"")
-    for bad in (TRUNCATED, EMPTY):  # independently: NumPy cannot load either
-        with pytest.raises((ValueError, EOFError)):
-            np.load(root / bad)
-    return root
+    return write_corrupt_npys(tmp_path_factory.mktemp("corrupt_collate"))
 
 
 class Pair:
