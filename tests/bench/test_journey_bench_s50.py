@@ -62,8 +62,10 @@ def test_the_files_table_gives_a_slow_small_record_rate_its_digits(tmp_path: Pat
     assert float(mb) == pytest.approx(r["mb_per_s"], rel=0.05), table
     (samples,) = _cells(table, "samples/s")
     assert "." not in samples or float(samples.replace(",", "")) < 1000, table
-    # The main table's "1st batch read MiB" said 0.0 of the batch's few kB too.
-    assert 0 < r["bytes_before_first_batch"] < 0.05 * 2**20
+    # The main table's "1st batch read MiB" said 0.0 of the batch's few kB too. (How many
+    # 4 kB pages the read-ahead fetched before the first batch came varies: 13 in CI,
+    # 54,400 B, 2026-12-07; under a MiB, it needs the table's three decimals.)
+    assert 0 < r["bytes_before_first_batch"] < 2**20
     (first,) = _cells(format_table(report), "1st batch read MiB")
     assert float(first) == pytest.approx(r["bytes_before_first_batch"] / 2**20, rel=0.05)
 
