@@ -270,11 +270,17 @@ def _header(path: str, raw: Any, size: int) -> tuple[np.dtype[np.generic], int, 
             f"{path}: not a Megatron index: magic is {magic!r}, expected {MEGATRON_MAGIC!r}"
         )
     if version != 1:
-        raise FormatError(f"{path}: unsupported Megatron index version {version} (expected 1)")
+        raise FormatError(
+            f"{path}: unsupported Megatron index version {version} (expected 1): Megatron-LM "
+            "writes version 1 alone, so this index is damaged or another tool's; write the "
+            ".bin and .idx pair again with Megatron-LM's IndexedDatasetBuilder"
+        )
     if size == _FAIRSEQ_HEAD + 12 * n_seq:
         raise _fairseq_index(path, code, n_seq)
     if code not in _DTYPES:
-        raise FormatError(f"{path}: unknown dtype code {code} (expected one of 1..8)")
+        raise FormatError(
+            f"{path}: unknown dtype code {code} (expected one of 1..8){_unknown(code)}"
+        )
     if code not in _TOKEN_CODES:
         raise FormatError(
             f"{path}: token dtype {_DTYPES[code]} is not a token type (expected uint16 or "
@@ -296,6 +302,18 @@ def _header(path: str, raw: Any, size: int) -> tuple[np.dtype[np.generic], int, 
             f"{want} bytes; file has {size}{modes}"
         )
     return _DTYPES[code], n_seq, n_doc
+
+
+def _unknown(code: int) -> str:
+    """What to do with an index of a dtype code outside Megatron-LM's: 9 and 10 are
+    fairseq's uint32 and uint64, in its table and in Megatron-layout forks copied from it."""
+    if code == 9:
+        return (
+            ": fairseq's table (and forks' copied from it) has 9 for uint32, which "
+            "Megatron-LM's lacks; read its .bin as raw tokens, format='raw', dtype='uint32' "
+            "(without documents), or write the .bin and .idx pair again as int32"
+        )
+    return ": a damaged index, or another tool's; write the .bin and .idx pair again"
 
 
 #: fairseq's ``MMapIndexedDataset`` index, which Megatron-LM's extends: the same magic,
@@ -337,16 +355,46 @@ def _check_sequences(
     ends = np.cumsum(lengths, dtype=np.int64)
     expect = (ends - lengths + before) * dtype.itemsize
     if len(lengths) and not np.array_equal(pointers, expect):
+        other = _OTHER[dtype]
+        if np.array_equal(pointers, expect // dtype.itemsize * other.itemsize):
+            raise _wrong_code(path, dtype, other, "its sequence pointers count")
         bad = int(np.flatnonzero(pointers != expect)[0])
         raise FormatError(
             f"{path}: corrupt index: sequence {first + bad} points at byte "
-            f"{int(pointers[bad])}, expected {int(expect[bad])} (sum of the lengths before it)"
+            f"{int(pointers[bad])}, expected {int(expect[bad])} (sum of the lengths before "
+            "it): write the .bin and .idx pair again"
         )
     return before + (int(ends[-1]) if len(ends) else 0)
 
 
+#: The other token dtype of each: what a converter's wrong dtype code is taken for.
+_OTHER: dict[np.dtype[np.generic], np.dtype[np.generic]] = {
+    np.dtype(np.uint16): np.dtype(np.int32),
+    np.dtype(np.int32): np.dtype(np.uint16),
+}
+
+
+def _wrong_code(
+    path: str, dtype: np.dtype[np.generic], wrote: np.dtype[np.generic], found: str
+) -> FormatError:
+    """The error for an index whose dtype code is not its tokens' (a converter whose table
+    maps uint16 to code 4): said as a corrupt pointer, or as a ``.bin`` cut short ("copy
+    it again", which cannot help) until 2026-12-07."""
+    code = {d: c for c, d in _DTYPES.items()}
+    return FormatError(
+        f"{path}: dtype code {code[dtype]} ({dtype}) disagrees with the data: {found} "
+        f"{wrote.itemsize}-byte tokens ({wrote}, dtype code {code[wrote]}); write the "
+        f"index again with dtype code {code[wrote]} (Megatron-LM's: 8 uint16, 4 int32), or "
+        "the .bin and .idx pair again"
+    )
+
+
 def _check_total(path: str, dtype: np.dtype[np.generic], tokens: int, bin_size: int) -> None:
     want = tokens * dtype.itemsize
+    if want != bin_size and bin_size == tokens * _OTHER[dtype].itemsize and tokens:
+        raise _wrong_code(
+            path, dtype, _OTHER[dtype], f"the .bin's {bin_size} bytes hold its {tokens} tokens as"
+        )
     if want != bin_size:
         why = (
             f"{want - bin_size} bytes short: cut short (an interrupted copy or write?); "

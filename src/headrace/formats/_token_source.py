@@ -23,7 +23,7 @@ from numpy.typing import DTypeLike, NDArray
 
 from headrace._messages import refuse_a_set
 from headrace._warn import warn_user
-from headrace.errors import ConfigError, FormatError
+from headrace.errors import ConfigError, DataError, FormatError
 from headrace.formats._file_list import is_object_url
 from headrace.formats._megatron_starts import MappedStarts
 from headrace.formats._names import ambiguous_names
@@ -39,7 +39,7 @@ from headrace.formats._positions import bos_positions, document_positions, eos_p
 from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_paths import expand_token_paths
 from headrace.formats._token_window import TokenStats, TokenWindow
-from headrace.formats._tokens import TokenFile, TokenFormat
+from headrace.formats._tokens import NoDtypeError, TokenFile, TokenFormat, index_path
 from headrace.formats._vocab import (
     check_pad_in_vocab,
     check_vocab_fits,
@@ -298,6 +298,18 @@ class TokenSource(WindowCache):
                     f"pad_id={pad_id} does not fit the token dtype {self.dtype} of "
                     f"{self.files[0].path}; give an id the tokens can hold (0 by default)"
                 )
+        except NoDtypeError as exc:
+            self._close_stores()
+            if positions != "documents" or format != "auto":  # not read as a pair
+                raise
+            # Its documents are in a Megatron index, which is not there: given the dtype
+            # asked for, it was refused again for having none (until 2026-12-07).
+            raise DataError(
+                f"{exc.path}: no Megatron index at {index_path(exc.path)}, which "
+                "positions='documents' reads its documents from: copy the .idx written "
+                "with this .bin beside it (Megatron-LM writes the pair); for EOS-separated "
+                "documents use positions='eos', eos_id=..."
+            ) from exc
         except BaseException:
             self._close_stores()  # the stores opened to check the files: leave no threads
             raise

@@ -64,6 +64,9 @@ class NoDtypeError(ConfigError):
     show what it is (Megatron pairs: its ``.idx`` is missing; llm.c shards: its header is
     damaged), where giving a dtype would read it as raw tokens beside them."""
 
+    #: The file: a source reading documents names its missing ``.idx`` (index_path).
+    path: str = ""
+
 
 @dataclass(frozen=True, slots=True)
 class TokenFile:
@@ -386,11 +389,13 @@ def describe_token_file(
         if dtype is None and side_dt is None:
             if head is not None:  # an NPY or text file: no dtype would help, so say that first
                 check_token_head(p, format, size, head, files)
-            raise NoDtypeError(
+            no_dtype = NoDtypeError(
                 f"{p}: raw token file needs a dtype: pass the one it was written with, "
                 f"dtype='uint16', 'uint32' or 'int32', or write {side} with "
                 f'{{"dtype": ...}}'
             )
+            no_dtype.path = p
+            raise no_dtype
         chosen = _check_dtype(p, dtype) if dtype is not None else side_dt
         assert chosen is not None
         dt = chosen
