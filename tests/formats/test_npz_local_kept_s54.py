@@ -96,7 +96,7 @@ def test_a_kept_file_replaced_is_refused_unread(
     tmp_path: Path, opens: collections.Counter[str]
 ) -> None:
     # (map-style: each read takes its files anew; under "headrace" a file the last read
-    # held serves the next, replaced or not, as for every format: see s53's test)
+    # held is checked so before it serves the next: test_file_held_s55.py)
     deflated, _ = _write(tmp_path)
     new = tmp_path / "new.npz"  # the same bytes, another file: another inode
     new.write_bytes((deflated / "f1.npz").read_bytes())

@@ -47,7 +47,15 @@ from headrace.formats._npy_ranges import HEAD_BYTES
 from headrace.formats._npz import npz_rows
 from headrace.formats._object_files import named_url
 from headrace.formats._sparse import BLOCK, Span, SparseImage
-from headrace.formats._tar import BrokenSample, TarIndex, broken_fields, check_fields, tar_index
+from headrace.formats._tar import (
+    BrokenSample,
+    TarIndex,
+    broken_alike,
+    broken_fields,
+    check_alike,
+    check_fields,
+    tar_index,
+)
 from headrace.formats._tar_ranges import TarIndexes
 from headrace.formats._tfrecord import walk_records
 from headrace.formats._url_glob import local_pattern
@@ -137,8 +145,9 @@ def _count_one(
     """File ``i``'s count, the reads and bytes it took, and (NPY) its header's bytes,
     (tar) its index or (TFRecord, ArrayRecord) its record or chunk index (TFRecord: each
     record's data offset, then length, as int64). A tar shard where a sample lacks a
-    field asked is refused here where ``check`` (else, under ``on_corrupt="replace"``,
-    counted whole: :func:`header_counts` notes it, and those samples are replaced)."""
+    field asked (without ``datasets=``: holds other fields than most) is refused here
+    where ``check`` (else, under ``on_corrupt="replace"``, counted whole:
+    :func:`header_counts` notes it, and those samples are replaced)."""
     name, size = files.name(i), files.sizes[i]
     if queue is None:
         fetch, close = _local(files, i)
@@ -165,6 +174,8 @@ def _count_one(
             index = tar_index(f.at, size, name, cut=not check)
             if datasets and check:  # a sample lacking a field asked: refused now, not hours in
                 check_fields(index, datasets, name)
+            elif check:  # (and one of other fields than most, without datasets=)
+                check_alike(index, name)
             n, head = len(index), index  # kept: the reads need not walk it again
         elif fmt.name in ("tfrecord", "array_record"):
             walk = walk_records if fmt.name == "tfrecord" else read_index
@@ -238,8 +249,9 @@ def header_counts(
         c, reads, nbytes, head = _count_one(fmt, datasets, files, i, queue, corrupt is None)
         counts[i] = c
         broken = None
-        if isinstance(head, TarIndex) and corrupt is not None and datasets:
-            broken = broken_fields(head, datasets, files.name(i))
+        if isinstance(head, TarIndex) and corrupt is not None:
+            name = files.name(i)
+            broken = broken_fields(head, datasets, name) if datasets else broken_alike(head, name)
         if isinstance(head, TarIndex) and head.cut:  # (walked so under replace alone)
             broken = BrokenSample(head.cut + (f"; and {broken}" if broken else ""))
         with lock:

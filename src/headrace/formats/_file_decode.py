@@ -74,6 +74,9 @@ class FileDecoder:
     tar_indexes: TarIndexes | None = None
     #: File ``f``'s whole bytes, read apart from the window (see :meth:`_first_keys`).
     fetch: Callable[[int], Any] | None = None
+    #: Refuse file ``f`` unless it is still the version listed (a local file's stat),
+    #: before what the last read kept of it serves the next (see :meth:`fetch_and_decode`).
+    recheck: Callable[[int], None] | None = None
     _pool: DaemonPool | None = field(default=None, init=False)
     _kept: int | None = field(default=None, init=False)
     # The kept file's deflated NPZ members read by rows, inflated (see Inflated).
@@ -366,6 +369,11 @@ class FileDecoder:
         last = order[-1] if order else None
         if self._kept is not None and self._kept not in order:
             self.window.release(self._kept)
+        elif self._kept is not None and self.recheck is not None:
+            # What the last read kept of it (its bytes, its map, its members inflated) was
+            # the version listed then: a file replaced, rewritten, cut short or deleted
+            # since served this read from them unchecked, where a fetch refuses it.
+            self.recheck(self._kept)
         # Files held already (kept from the last read, fetched ahead) are taken first:
         # taking a file not started while they wait their turn held more files than
         # in_flight (2 with in_flight=1, where a chunk ends an epoch on a file the next

@@ -395,7 +395,8 @@ class FileList:
 
     def check_unread(self, i: int) -> None:
         """Refuse to go on with what was read of local file ``i`` before (its NPZ
-        members kept inflated, :class:`~._npz.Inflated`) unless the file is still the
+        members kept inflated, :class:`~._npz.Inflated`; the bytes or map a read kept
+        for the next, :meth:`FileDecoder.fetch_and_decode`) unless the file is still the
         version listed, by a stat of its path (as :meth:`check_listed` after a read):
         it was read whole again for each read of its rows to check that (4 files of
         64 samples of 256 KiB, map-style: 64 times their 28 MB an epoch)."""

@@ -10,7 +10,8 @@ persistent worker can never keep epoch 1's order. The order differs from the
 global plan by design (each worker walks its own shard); compare it with
 headrace on an order-independent digest (sorted per-sample digests). Under
 ``on_corrupt="replace"`` a file that does not decode is skipped (not replaced),
-and counted against ``max_corrupt``.
+and counted against ``max_corrupt``; a tar shard's broken sample (one lacking a field
+asked, or whose member does not decode) is skipped alone, as headrace replaces it alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from headrace.errors import ConfigError, DataError, UnsupportedFormError
 from headrace.formats._file_samples import Sample, stack_samples
 from headrace.formats._file_source import FileSource
 from headrace.formats._file_window import FetchWindow, WindowStats
+from headrace.formats._tar import BrokenSample
 
 __all__ = ["IterableFiles"]
 
@@ -81,8 +83,17 @@ class IterableFiles(Closing):
                         self.window.recount(f)
                     finally:
                         self.window.release(f)
-                    items = plan.items(seed, epoch, f).tolist()
-                    picked = [self.source.decoder.pick(arrays, f, i) for i in items]
+                    items, picked = [], []
+                    for i in plan.items(seed, epoch, f).tolist():
+                        try:
+                            picked.append(self.source.decoder.pick(arrays, f, i))
+                        except BrokenSample as exc:
+                            # One sample of a tar shard (on_corrupt="replace"): left out
+                            # alone, its shard's others read, as headrace replaces it
+                            # alone (the shard's every sample was left out).
+                            self.source._note_corrupt(f, exc, left_out=True)
+                            continue
+                        items.append(i)
                 except DataError as exc:
                     if self.source.config.on_corrupt == "raise" or isinstance(
                         exc, UnsupportedFormError

@@ -374,6 +374,7 @@ class FileSource(Closing):
             threads=self.decode_threads,
             tar_indexes=self._indexes,
             fetch=lambda f: me.files.fetch(f),  # (through the source: see reopen)
+            recheck=lambda f: me._recheck(f),
         )
         self._prefetched: set[int] = set()
         self._per_sample: NDArray[np.float64] | None = None  # bytes of a sample, by file
@@ -603,6 +604,14 @@ class FileSource(Closing):
         # were up to twice in_flight GETs at once where files straddle the threshold.
         with self._ranged.slot():
             return self.files.fetch(f)
+
+    def _recheck(self, f: int) -> None:
+        """Refuse local file ``f`` unless it is still the version listed, by a stat (what
+        a read kept of it serves the next: see :meth:`FileList.check_unread`). An object's
+        bytes kept were checked against the ETag listed; a HEAD a read to check it again
+        is not made."""
+        if not self.files.remote:
+            self.files.check_unread(f)
 
     def _note_rows(self, files: NDArray[np.int64], items: NDArray[np.int64]) -> None:
         """Note the samples asked of files to be fetched (read by ranges: their chunks)."""
@@ -946,13 +955,7 @@ class FileSource(Closing):
             return
         self.corrupt_files[name] = why
         if not _relay(self._token, (name, why)):  # (a worker's: said by its main process)
-            done = (
-                "leaving out the samples"
-                if left_out
-                else "replacing the broken samples"
-                if some
-                else "replacing the samples"
-            )
+            done = f"{'leaving out' if left_out else 'replacing'} the{' broken' * some} samples"
             log.warning("headrace: %s of a corrupt file: %s", done, why)
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))
         if len(self.corrupt_files) > allowed:

@@ -145,7 +145,8 @@ class FetchWindow:
             n = _held(data)
             with self._lock:
                 s.in_flight -= 1
-                s.fetches += 1
+                if getattr(data, "fetched", True):  # (an NPZ's members kept: not fetched)
+                    s.fetches += 1
                 s.bytes += n
                 orphan = self._ended_locked(e)
                 if not e.dropped:

@@ -188,6 +188,9 @@ class KeptMembers:
 
     #: The bytes the read-ahead window holds for it: none fetched (the arrays are kept).
     nbytes = 0
+    #: Not a fetch: the window's ``stats.fetches`` counted it one (of 0 bytes), 64 a
+    #: file an epoch map-style, where each file was fetched once.
+    fetched = False
 
     def __init__(
         self,
