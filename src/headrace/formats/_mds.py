@@ -3,8 +3,9 @@
 MDS is random access by design: a shard's offsets table says where each sample
 lies. Opening reads ``index.json`` and lists the shards (one LIST of the prefix, or
 a ``stat`` a shard); nothing else. A shard's offsets table is read the first time a
-batch needs one of its samples (all the shards a batch needs, at once), checked,
-and kept (4 bytes a sample). Each batch's samples are then byte ranges of their
+batch needs one of its samples (all the shards a batch needs, at once), checked
+(with the config MDSWriter writes after it: its columns must be the index's), and
+kept (4 bytes a sample). Each batch's samples are then byte ranges of their
 shards: locally through the range-read engine (:class:`~headrace.io.RangeReader`,
 coalesced), on object storage as ranged GETs (coalesced alike), every shard's in
 flight together. Where every column read has a fixed size and every column before
@@ -29,6 +30,7 @@ where the batch's samples agree in shape and dtype, else an ``object`` array and
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -71,6 +73,8 @@ if TYPE_CHECKING:
 __all__ = ["MDSSource", "MDSStats"]
 
 _U4 = np.dtype("<u4")
+#: The lists of the config MDSWriter writes into each shard that _check_config compares.
+_CONFIG_KEYS = ("column_names", "column_encodings", "column_sizes")
 #: A local shard's read slower than this, plus what its samples account for at a
 #: page-cache pace (``_read_s``), sends a batch's other shards to threads.
 _SLOW_SHARD_S = 150e-6
@@ -253,6 +257,22 @@ class MDSSource(Closing):
         # decoded a batch at once; False decodes them a sample at a time, as every other
         # column is (benchmarks/mds_fixed.py compares the two).
         self._vector = self._narrow is not None
+        # The bytes read past a shard's offsets table for its config (_check_config):
+        # as long as MDSWriter's of these columns, uncompressed, no hashes and its
+        # default size limit, and 32 more (a codec's name, a hash or two); a longer one
+        # is read by a second read.
+        config = {
+            "column_encodings": [c.encoding for c in every],
+            "column_names": [c.name for c in every],
+            "column_sizes": [c.size for c in every],
+            "compression": None,
+            "format": "mds",
+            "hashes": [],
+            "size_limit": 1 << 26,
+            "version": 2,
+        }
+        self._config_bytes = len(json.dumps(config, sort_keys=True).encode()) + 32
+        self._renamed_said = False
         # Each shard's offsets as stored (uint32: 4 bytes a sample), once read.
         self._offsets: list[NDArray[np.uint32] | None] = [None] * len(self.index.shards)
         self._lock = threading.Lock()
@@ -491,7 +511,12 @@ class MDSSource(Closing):
                     f"offsets of its {self.index.shards[s].samples} samples ({n} bytes): "
                     "truncated"
                 )
-        n_ = np.array(heads, dtype=np.int64)
+        # The table and the writer's config after it (as long as the index's columns
+        # make it, and some), in the same read: _check_config.
+        n_ = np.array(
+            [min(n + self._config_bytes, self._raw[s]) for s, n in zip(todo, heads, strict=True)],
+            dtype=np.int64,
+        )
         got = self._fetch(
             [(s, np.array([k])) for k, s in enumerate(todo)],
             np.zeros(len(todo), dtype=np.int64),
@@ -501,6 +526,7 @@ class MDSSource(Closing):
             first=True,
         )
         tables = [self._check_offsets(s, g) for s, g in zip(todo, got, strict=True)]
+        self._check_configs(todo, got, tables, held)
         with self._lock:
             for s, t in zip(todo, tables, strict=True):
                 if self._offsets[s] is None:
@@ -510,7 +536,8 @@ class MDSSource(Closing):
 
     def _check_offsets(self, s: int, head: NDArray[np.uint8]) -> NDArray[np.uint32]:
         name, want = self._name(s), self.index.shards[s].samples
-        stored = np.frombuffer(head, _U4)
+        table = 4 * (want + 2)
+        stored = np.frombuffer(head[:table], _U4)
         words = stored.astype(np.int64)
         if int(words[0]) != want:
             raise FormatError(
@@ -551,6 +578,81 @@ class MDSSource(Closing):
                 f"fixed sizes {said} {self._min_sample} bytes"
             )
         return stored[1:].astype(np.uint32)  # native, and a copy of its own
+
+    def _check_configs(
+        self,
+        shards: list[int],
+        got: list[NDArray[np.uint8]],
+        tables: list[NDArray[np.uint32]],
+        held: dict[int, NDArray[np.uint8]],
+    ) -> None:
+        """Check the configs of ``shards`` (``got``: their first bytes read, ``tables``
+        their offsets), the rest of those longer than read read first, side by side
+        (up to 64 KiB of one: a longer one is another writer's, not checked)."""
+        ends = [int(t[0]) for t in tables]
+        more = [
+            k for k, (g, end) in enumerate(zip(got, ends, strict=True)) if len(g) < end <= 1 << 16
+        ]
+        if more:
+            rest = self._fetch(
+                [(shards[k], np.array([i])) for i, k in enumerate(more)],
+                np.array([len(got[k]) for k in more], dtype=np.int64),
+                np.array([ends[k] - len(got[k]) for k in more], dtype=np.int64),
+                len(more),
+                held,
+                first=True,
+            )
+            got = list(got)
+            for k, r in zip(more, rest, strict=True):
+                got[k] = np.concatenate([got[k], r])
+        for s, g, end in zip(shards, got, ends, strict=True):
+            table = 4 * (self.index.shards[s].samples + 2)
+            self._check_config(s, g[table:], end - table)
+
+    def _check_config(self, s: int, after: NDArray[np.uint8], length: int) -> None:
+        """Check the columns of the config ``MDSWriter`` writes into each shard (the
+        ``length`` bytes after its offsets table; ``after``: those read) against
+        index.json's. The index alone places every column's bytes, so an index that is
+        not the shards' (edited, or another run's) read other values without a word: an
+        ``int`` listed as ``float64`` gave 7 as 3.5e-323. Encodings or sizes that differ
+        are refused; names alone are said once (a rename in the index reads as
+        Streaming reads it). A config not read whole, not JSON, or without the three
+        lists (another writer's) is not checked."""
+        if len(after) < length:
+            return
+        try:
+            config = json.loads(bytes(after[:length]))
+        except (UnicodeDecodeError, ValueError):
+            return
+        got = [config.get(k) if isinstance(config, dict) else None for k in _CONFIG_KEYS]
+        lists = [v for v in got if isinstance(v, list)]
+        if len(lists) != len(got) or len({len(v) for v in lists}) > 1:
+            return
+        theirs = list(zip(*lists, strict=True))
+        ours = [(c.name, c.encoding, c.size) for c in self.index.columns]
+        if theirs == ours:
+            return
+        name = self._name(s)
+        if [t[1:] for t in theirs] != [o[1:] for o in ours]:
+            # The columns that differ (all of them where their counts do).
+            same = len(theirs) == len(ours)
+            k = [i for i in range(len(ours)) if not same or theirs[i] != ours[i]]
+            raise FormatError(
+                f"{name}: index.json gives columns (name, encoding, size) "
+                f"{[ours[i] for i in k]}, the shard's own config (MDSWriter writes it into "
+                f"each shard) {[theirs[i] for i in k] if same else theirs}: read by the "
+                "index, its bytes would be other values. The index is not this shard's "
+                "(edited, or another run's): write the dataset, or its index.json, again"
+            )
+        with self._lock:
+            said, self._renamed_said = self._renamed_said, True
+        if not said:
+            warn_user(
+                f"{name}: its own config names columns {[t[0] for t in theirs]}, index.json "
+                f"{[o[0] for o in ours]} (encodings alike): read by index.json's names, as "
+                "Streaming reads them; if the index is another dataset's, its columns hold "
+                "other data"
+            )
 
     # -- reads -----------------------------------------------------------------------
 

@@ -65,6 +65,11 @@ _REFUSED = {
         "training job; headrace never unpickles"
     ),
     "pil": "raw PIL images (mode and size headers) are not decoded",
+    **dict.fromkeys(
+        ("list[jpeg]", "list[png]", "list[pil]", "jpeg_array", "jpegarray"),
+        "lists of images (Streaming's list[jpeg], list[png], list[pil] and jpeg_array) are "
+        "not decoded",
+    ),
     "str_int": "digits-as-text numbers are not decoded",
     "str_float": "digits-as-text numbers are not decoded",
     "str_decimal": "digits-as-text numbers are not decoded",
@@ -139,14 +144,18 @@ def _column(name: str, encoding: str, size: object, where: str) -> Column:
                     "dimensions >= 1 separated by commas"
                 )
             fixed = math.prod(shape) * np.dtype(dtype).itemsize  # (np.prod wraps past 2**63)
-    elif base not in _REFUSED:
-        raise FormatError(
-            f"{where}: column {name!r} has encoding {encoding!r}, which is no MDS encoding "
-            "headrace knows; it reads "
-            + ", ".join([*_SCALARS, *_AS_BYTES, "ndarray", "jpeg", "png"])
-        )
     if isinstance(size, bool) or (size is not None and not isinstance(size, int)):
         raise FormatError(f"{where}: column {name!r}: column_sizes holds {size!r}, not a count")
+    if kind is None and base not in _REFUSED:
+        # An encoding of the user's, registered with Streaming (its encodings' table):
+        # its bytes are placed by column_sizes as MDSWriter wrote them (the Encoding's
+        # size), so the columns beside it read; it is refused only if read (refusal).
+        if size is not None and size < 0:
+            raise FormatError(
+                f"{where}: column {name!r} ({encoding}): column_sizes holds {size}, not a "
+                "size in bytes"
+            )
+        fixed = size
     # The encodings refused are checked too (each variable, as Streaming writes it): a
     # size given to one placed every column after it.
     if size != fixed:
@@ -162,7 +171,10 @@ def refusal(column: Column) -> str | None:
     """Why ``column`` cannot be read (``None``: it can)."""
     if column.kind is not None:
         return None
-    why = _REFUSED[column.encoding.partition(":")[0]]
+    why = _REFUSED.get(column.encoding.partition(":")[0]) or (
+        "no encoding headrace decodes (a custom Encoding registered with Streaming?); it reads "
+        + ", ".join([*_SCALARS, *_AS_BYTES, "ndarray", "jpeg", "png"])
+    )
     return f"column {column.name!r} has encoding {column.encoding!r}: {why}"
 
 
