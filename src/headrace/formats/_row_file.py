@@ -165,6 +165,7 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
         "Rename it to end in .npy (np.lib.format.open_memmap and np.save to an open file "
         "write NPY whatever the name)",
     )
+    _refuse_npz(f)
     side = _sidecar(f.path)
     meta: dict[str, Any] = {}
     text = f.sidecar()
@@ -229,6 +230,27 @@ def _open_raw(f: _Opened, dtype: DTypeLike | None, width: int | None) -> RowFile
             f"{got_width} x {dt}: a wrong width or dtype, or a truncated or extended file"
         )
     return RowFile(path=f.path, dtype=dt, rows=rows, width=got_width, offset=0, format="raw")
+
+
+def _refuse_npz(f: _Opened) -> None:
+    """Refuse an NPZ archive (``np.savez``) about to be read as raw rows: asked for a
+    sidecar, a user gave it one, and its zip and NPY headers were read as token ids. Raw
+    rows that merely start like a zip (uint8 ids 80, 75, 3, 4) pass: an archive's first
+    member is named ``*.npy``."""
+    head = bytes(_read_head(f, 30 + 256))
+    if head[:4] != b"PK\x03\x04" or len(head) < 30:
+        return
+    name = head[30 : 30 + int.from_bytes(head[26:28], "little")]
+    if not name.endswith(b".npy"):
+        return
+    first = name[:-4].decode("utf-8", "replace")
+    raise FormatError(
+        f"{f.path}: an NPZ archive (a zip of .npy arrays, as np.savez writes; its first is "
+        f"{first!r}), not raw rows: its zip and NPY headers would be read as rows. A row "
+        "file holds one matrix: save each array as its own .npy (z = np.load(path); "
+        "np.save(f'{k}.npy', z[k]) for k in z.files) and give those files, e.g. "
+        "{'query': ('query.npy', 'query_mask.npy'), 'pos': 'pos.npy'}"
+    )
 
 
 def _dtype_or_raise(value: Any, where: str, error: type[Exception]) -> np.dtype[Any]:
