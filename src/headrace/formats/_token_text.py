@@ -38,6 +38,7 @@ _COMPRESSED = {
     (b"(\xb5/\xfd", (".zst", ".zstd")): "a Zstandard",
     (b"BZh", (".bz2",)): "a bzip2",
     (b"\xfd7zXZ\x00", (".xz",)): "an xz",
+    (b"PK\x03\x04", (".zip",)): "a zip",
 }
 
 _TEXT_SUFFIXES = (".jsonl", ".json", ".txt", ".csv", ".tsv", ".md")
@@ -64,7 +65,7 @@ def _text(head: bytes) -> str | None:
 
 def refuse_non_tokens(path: str, head: memoryview | bytes) -> None:
     """Refuse ``path`` opened as raw tokens when its name and first bytes ``head`` say
-    text, Parquet, Arrow or a Megatron index."""
+    text, Parquet, Arrow, a Megatron index, an NPZ archive or a compressed stream."""
     start = bytes(head[:TEXT_HEAD])
     name = path.rstrip("/").rsplit("/", 1)[-1].lower()
     if start.startswith(MEGATRON_MAGIC) and name.endswith(".idx"):
@@ -81,6 +82,16 @@ def refuse_non_tokens(path: str, head: memoryview | bytes) -> None:
                 "(packed) or TableSource(...) (one row a sample); its text needs tokenizing "
                 f"first ({_FIX})"
             )
+    if start.startswith(b"PK\x03\x04") and name.endswith(".npz"):
+        # Given a dtype, its zip and NPY headers were read as ids (until 2026-12-07).
+        member = start[30 : 30 + int.from_bytes(start[26:28], "little")]
+        first = member.removesuffix(b".npy").decode("utf-8", "replace")
+        raise FormatError(
+            f"{path}: an NPZ archive (a zip of .npy arrays, as np.savez writes; its first "
+            f"is {first!r}), not raw tokens: its zip and NPY headers would be read as ids. "
+            "Write the tokens raw: z = np.load(path); z[key].tofile(out) for the array of "
+            'tokens, with a sidecar {"dtype": ...} of its dtype'
+        )
     for (magic, suffixes), what in _COMPRESSED.items():
         if start.startswith(magic) and name.endswith(suffixes):
             # Read as tokens, its compressed bytes were ids, silently.
