@@ -46,7 +46,12 @@ from headrace.torch._lifeline import Lifeline
 from headrace.torch._mailbox import Mailbox, Relayed
 from headrace.torch._ragged import RaggedTensorBatch, check_ragged, ragged_tensors
 from headrace.torch._tensors import TensorBatch, pinnable, to_tensors
-from headrace.torch._wrappers import lightning_evaluation, refuse_wrappers
+from headrace.torch._wrappers import (
+    lightning_evaluation,
+    lightning_resumed,
+    lightning_taken,
+    refuse_wrappers,
+)
 
 __all__ = ["TorchDataset"]
 
@@ -214,6 +219,11 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             return {**self.state_at(start), "phase": start}
         if self._loader is None:
             if get_worker_info() is None and self._mailbox.worked():
+                # A Lightning fit's training loader: its iterator counts what it gave.
+                taken = lightning_taken(self)
+                if taken is not None:
+                    step = self._start + taken
+                    return {**self.state_at(step), "phase": step}
                 # The checkpoint it went into resumed there: a preempted job trained on
                 # every batch since that iteration began again, without a word.
                 raise StateError(
@@ -246,7 +256,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         live = self._live is not None and self._live() is not None
         if live or get_worker_info() is not None:
             return step
-        return starts_at(step, self.steps, self.epochs, self._went)
+        # (A stock DataLoader's workers start an exact pass over once a Lightning
+        # validation has gone through it: :meth:`_evaluated`.)
+        moved = self._went or self._mailbox.evaluations_moved()
+        return starts_at(step, self.steps, self.epochs, moved)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step (saved with
@@ -345,7 +358,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         the run never interrupted validated all 5 (once over, each starts at step 0)."""
         if self.epochs is not None and lightning_evaluation() is not None:
             return remaining_steps(0, self.steps)
-        return remaining_steps(self._next_start(), self.steps)
+        # A Lightning fit resumed part way through an epoch, over a stock DataLoader:
+        # that epoch's batches before the checkpoint too (lightning_resumed).
+        return remaining_steps(self._next_start(), self.steps) + lightning_resumed(self)
 
     def __bool__(self) -> bool:
         return True
@@ -497,13 +512,9 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         check has begun since the state was loaded. Each validation's workers are fresh
         copies of the dataset, which the main process never iterates: every validation
         began at a loaded step, where the run never interrupted began each at step 0."""
-        # The same number in each worker of one iteration, and another in the next: the
-        # number multiprocessing gave the first of the workers its DataLoader iterator
-        # started (one by one, by id), and a persistent worker's count of iterations.
-        # (Not the iterator's seed, each worker's less its id: Lightning puts the random
-        # state back after its sanity check, and the first validation's was the same.)
-        started = (multiprocessing.current_process()._identity or (0,))[-1] - info.id
-        iteration = started * 1_000_003 + self._iterations
+        # The same number in each worker of one iteration, and another in the next (with a
+        # persistent worker's count of iterations).
+        iteration = _iteration_started(info) * 1_000_003 + self._iterations
         # A persistent worker's later iteration is no sanity check (its stage is its first's).
         sanity = self._iterations == 1 and self._evaluation_stage() == "sanity_check"
         return self._mailbox.evaluated(iteration, sanity=sanity)
@@ -576,7 +587,10 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # Where this process's last iteration left it (no state loaded since): a pass
         # broken off starts over. A worker starts where the main process's dataset stands.
         moved = info is None and self._went
-        if info is not None and not given and self.epochs is not None and self._in_evaluation():
+        # A Lightning evaluation's workers (each starts where the dataset stands) leave
+        # the main process's state_dict() its own answer: where the next one starts.
+        evaluating = info is not None and self._in_evaluation()
+        if evaluating and not given and self.epochs is not None:
             moved = self._evaluated(info)
         if info is None:
             self._going_again("TorchDataset")
@@ -604,8 +618,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # last iteration's batches again (an exact pass is the same pass by design).
         again = info is not None and info.id == 0 and not loaded and self.epochs is None
         # (Each Lightning evaluation's workers giving the same batches is no repeat.)
-        again = again and not self._in_evaluation()
-        return self._generate(loader, watch=again, worker=info is not None)
+        again = again and not evaluating
+        return self._generate(loader, watch=again, worker=info is not None and not evaluating)
 
     def end(self) -> dict[str, Any]:
         """Where each worker's loader ends: ``epochs`` (an exact pass, its batches
@@ -684,3 +698,18 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                     "workers need it picklable (a module-level function or class, not a "
                     "lambda or a local function), or use num_workers=0."
                 ) from exc
+
+
+def _iteration_started(info: Any) -> int:
+    """In a DataLoader worker: the number multiprocessing gave the first of the workers
+    of its iterator (started one by one, by id), the same in each of them and larger at
+    each iterator. Read from the worker's name, ``ForkProcess-N1:...:Nk`` (its parent's
+    Nk-th child: ``Process.name``'s documented default, public where the number itself is
+    not), less its id. Not the iterator's seed, each worker's less its id, but where the
+    name is one of another form: Lightning puts the random state back after its sanity
+    check, and the first validation's seed was the sanity check's."""
+    number = multiprocessing.current_process().name.rpartition("-")[2].rpartition(":")[2]
+    try:
+        return int(number) - int(info.id)
+    except ValueError:
+        return int(info.seed) - int(info.id)

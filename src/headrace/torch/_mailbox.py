@@ -32,6 +32,7 @@ from torch.utils.data import get_worker_info
 from headrace._ring_worker import no_shm
 from headrace._warn import warn_user
 from headrace.errors import DataError
+from headrace.formats._file_source import _relay as relay_file
 from headrace.formats._file_source import merge_corrupt_news, say_corrupt_news
 
 __all__ = ["Carrying", "Mailbox", "Relayed"]
@@ -147,6 +148,15 @@ class Mailbox:
             (iteration << (2 + _POSTS_BITS)) | (posts << 2) | (went << 1) | (not sanity)
         )
         return went
+
+    def evaluations_moved(self) -> bool:
+        """In the process that made it: whether the next Lightning evaluation's workers
+        start an exact pass over (:meth:`evaluated`: one other than a sanity check began
+        since the last post)."""
+        cells = self._cells
+        mark = int(cells[_EVALUATED])
+        posts = cells[_VERSION] % (1 << _POSTS_BITS)
+        return mark > 0 and (mark >> 2) % (1 << _POSTS_BITS) == posts and mark & 3 != 0
 
     def worked(self) -> bool:
         """In the process that made it: whether a worker has handed over batches since its
@@ -291,13 +301,26 @@ class Carrying:
             out = self.collate(data)
         except BaseException:
             if isinstance(data, Relayed):  # (the error goes to the main process instead)
-                say_corrupt_news(data.news.take())
+                # Its worker's next batch carries them, or, none left, the iteration's end
+                # says them here (they were said here at once, and the main process's
+                # source, which counts them against max_corrupt, never had them).
+                relay_again(data.news.take())
             raise
         if isinstance(data, Relayed) and not isinstance(out, Relayed):
             news = data.news.take()  # (once: a copy of it inside ``out`` carries none)
             if news:
                 return Parcel(out, news)
         return out
+
+
+def relay_again(news: CorruptNews) -> None:
+    """Put ``news`` back among this worker's corrupt news for its next batch
+    (:func:`~headrace.formats._file_source.take_corrupt_news`)."""
+    for token, (found, replaced) in news.items():
+        for one in found:
+            relay_file(token, one)
+        if replaced:
+            relay_file(token, None, replaced)
 
 
 class Parcel:

@@ -43,7 +43,14 @@ from typing import Any
 
 from headrace.errors import ConfigError
 
-__all__ = ["lightning_evaluation", "lightning_prefetched", "refuse_wrappers", "self_of"]
+__all__ = [
+    "lightning_evaluation",
+    "lightning_prefetched",
+    "lightning_resumed",
+    "lightning_taken",
+    "refuse_wrappers",
+    "self_of",
+]
 
 #: How many callers up to look: accelerate's wrappers and Lightning's fit loop are a
 #: dozen or so up from ``TorchDataset.__iter__``, and a forked DataLoader worker's
@@ -195,6 +202,70 @@ def lightning_prefetched(loader: object) -> int:
             # Each batch the fetcher holds is one of every loader it combines.
             held = getattr(getattr(obj, "_data_fetcher", None), "batches", None)
             return len(held) if isinstance(held, list) else 0
+        frame = frame.f_back
+    return 0
+
+
+def lightning_taken(dataset: object) -> int | None:
+    """Batches of a stock DataLoader over ``dataset`` that a Lightning fit loop up the
+    caller's stack has given to the training step since the loader's iterator began;
+    ``None`` where no fit loop iterates one.
+
+    A stock DataLoader's workers read ahead, and none of the dataset's code runs in the
+    main process as its batches arrive: the fit loop's iterator of that loader counts
+    the batches it yielded (torch's ``_num_yielded``, reset at each ``iter()``), and
+    Lightning's fetcher holds some of them ahead of the training step (one, without
+    ``len()``: :func:`lightning_prefetched`)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:  # to the bottom: called once a checkpoint, not a batch
+        obj = self_of(frame)
+        if obj is not None and _is_fit_loop(obj):
+            combined = getattr(obj, "_combined_loader", None)
+            flat = getattr(combined, "flattened", ())
+            # One iterator a loader, in their order (a training CombinedLoader's modes;
+            # a cycled loader's is replaced by its new iter(), counted from 0 again).
+            iterators = getattr(getattr(combined, "_iterator", None), "iterators", ())
+            if not isinstance(flat, list) or not isinstance(iterators, list):
+                return None
+            if len(flat) != len(iterators):
+                return None
+            for loader, iterator in zip(flat, iterators, strict=True):
+                if _holds(loader, dataset):
+                    taken = getattr(iterator, "_num_yielded", None)
+                    if isinstance(taken, int) and not isinstance(taken, bool):
+                        held = getattr(getattr(obj, "_data_fetcher", None), "batches", None)
+                        return taken - (len(held) if isinstance(held, list) else 0)
+            return None
+        frame = frame.f_back
+    return None
+
+
+def lightning_resumed(dataset: object) -> int:
+    """Batches of the epoch a Lightning fit up the caller's stack resumes part way through
+    that its checkpoint had counted, where a stock DataLoader over ``dataset`` is one of
+    its training loaders (0 otherwise).
+
+    Lightning adds them to its count of the epoch's batches and ends the epoch at the
+    loader's ``len()``, which it takes as the whole epoch's. Lightning restores no state
+    into a stock DataLoader, so the dataset's, loaded in the user's
+    ``on_load_checkpoint``, is already in its ``len()``: from step 3 of 12, the resumed
+    epoch ended after 6 more batches, where the run never interrupted went on for 9. (A
+    loader with ``state_dict`` gets its state after Lightning takes its ``len()``.)"""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return 0
+        obj = self_of(frame)
+        if obj is not None and _is_fit_loop(obj):
+            epoch = getattr(obj, "epoch_loop", None)
+            if getattr(epoch, "restarting", False) is not True:
+                return 0
+            flat = getattr(getattr(obj, "_combined_loader", None), "flattened", ())
+            if not any(_holds(it, dataset) and not hasattr(it, "state_dict") for it in flat):
+                return 0
+            progress = getattr(getattr(epoch, "batch_progress", None), "current", None)
+            ready = getattr(progress, "ready", 0)
+            return ready if isinstance(ready, int) and ready > 0 else 0
         frame = frame.f_back
     return 0
 
