@@ -587,12 +587,17 @@ class RemoteParquet(RemotePart):
             table = pq.ParquetFile(source, metadata=self._md, **PARQUET_READ).read_row_group(
                 i, columns=names
             )
+        except HeadraceError as exc:
+            # A GET of bytes outside the ranges fetched (a miss) failed: the store's
+            # error (an object deleted since listed is said gone), not bad bytes (until
+            # 2026-12-07 "truncated or corrupt ...: copy the file again").
+            exc.add_note(f"{self.path}: row group {i}: reading bytes past its fetched ranges")
+            raise
         except (pa.ArrowException, OSError) as exc:
             said = (
                 f"{self.path}: row group {i}: truncated or corrupt Parquet data ({exc}): {RECOPY}"
             )
-            if not isinstance(exc, HeadraceError):  # the bytes', not a GET's (a miss)
-                self._corrupt[key] = (0, said)
+            self._corrupt[key] = (0, said)
             raise FormatError(said) from exc
         return one_batch(self._pa, table) if table.num_rows else table
 

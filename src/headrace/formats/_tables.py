@@ -690,8 +690,16 @@ class Table(Closing):
         idx = row_indices(indices, self.num_rows, self._where)
         groups = self._spans.group(idx)
         # Cached spans first: decoding the misses may evict them, and a read that
-        # crosses from one shuffle window to the next needs both windows' groups.
-        spans = sorted((s for s, _, _ in groups), key=lambda s: s not in self._cache)
+        # crosses from one shuffle window to the next needs both windows' groups. Then
+        # in the order the read last needs them (plan order), so the cache keeps the
+        # spans it ended in, which the next read goes on in: in span order, a read
+        # crossing three windows (a worker's chunk: k times the steps) kept the
+        # wrong one's, and the next read fetched the window it went on in again. (A
+        # streamed group's sub-windows stay in span order: a stream reads forward.)
+        last = {s: int(at.max()) for s, at, _ in groups}
+        if any(self._spans.cut[s] for s in last):
+            last = dict.fromkeys(last, 0)
+        spans = sorted(last, key=lambda s: (s not in self._cache, last[s]))
         # On object storage: every missing row group's GETs in flight before the first decode.
         # Keyed by the first span of each row group (a sub-window's bytes are its group's).
         heads = {s: self._spans.head(s) for s in spans}

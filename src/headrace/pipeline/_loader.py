@@ -11,6 +11,7 @@ work. Both give identical batches: the plan is a pure function of
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import time
@@ -243,6 +244,9 @@ class Loader(Closing):
         self.step_offset = step_offset
         # Told which stretch of each window is this host's, a source reads ahead only that.
         self._share = check_host_order(host_order, source, seed)
+        # Told where the run ends, a source reads nothing ahead past it (TableSource).
+        ahead = getattr(source, "prefetch", None)
+        self._tell_end = ahead is not None and "end" in inspect.signature(ahead).parameters
         self.host_order = host_order
         self.transform = transform
         described = source.fingerprint()
@@ -703,19 +707,34 @@ class Loader(Closing):
         if prefetch is None:
             return None
         t1 = time.perf_counter()
+        kw: dict[str, Any] = {}
+        if self._share:
+            kw["share"] = (self._lo / self.batch_size, self._hi / self.batch_size)
+        end = self._planned_end() if self._tell_end else None
+        if end is not None:
+            kw["end"] = end
         with self._read_lock:
             self._check_current(generation)  # not after close(): see _read_raw
             try:
-                if self._share:
-                    b = self.batch_size
-                    prefetch(self.seed, ahead, share=(self._lo / b, self._hi / b))
-                else:
-                    prefetch(self.seed, ahead)
+                prefetch(self.seed, ahead, **kw)
             except Exception as exc:
                 return exc
             finally:
                 self.stats.prefetch_s += time.perf_counter() - t1
         return None
+
+    def _planned_end(self) -> int | None:
+        """The first sample number past this loader's last own step (``None``: no last
+        step): a source's read-ahead past it fetches what no step reads (until 2026-12-07
+        a table's next window, at the end of every bounded run and of each worker's)."""
+        if self.steps is None:
+            return None
+        k, w = self.step_stride, self.step_offset
+        last = self.steps - 1 - (self.steps - 1 - w) % k
+        if last < (self.origin or (0, 0))[0]:
+            return None
+        b = self.batch_size
+        return int(step_samples(np.array([last]), b, 0, b, self.origin)[-1]) + 1
 
     def _stall_said(self, waited_s: float, step: int) -> str:
         """The stall warning: this process's reads in flight, and the transform and
