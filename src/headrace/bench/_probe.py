@@ -29,15 +29,17 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import hashlib
 import mmap
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Generic, NoReturn, TypeVar
 
 import numpy as np
 
@@ -49,6 +51,7 @@ from headrace.emulate._mounts import gone_mount
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import RangeReader, ReaderConfig
 from headrace.io._file import file_url_path, url_typo
+from headrace.io._in_flight import Waiting, begin, end, reads_in_flight
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 from headrace.io._resident import drop_pages, resident_ranges
 from headrace.io._uring import ring_pool
@@ -64,6 +67,10 @@ POPULATE_GAP = 64 * 1024
 #: the most bytes one measurement reads in a round (one call, held in memory whole): a
 #: sequential one read 1/24 of the file, 42 GiB a round of a 1 TiB dataset file
 ROUND_BUDGET = 256 * MiB
+#: a read waiting this long is said on stderr (stalled storage?), again as it doubles
+STALL_S = 10.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -402,11 +409,111 @@ def hole_bytes(fd: int, size: int) -> int:
     return max(0, holes)
 
 
-def _reference_digest(fd: int, ranges: list[tuple[int, int]]) -> str:
+def _reference_digest(fd: int, ranges: list[tuple[int, int]], path: str = "") -> str:
     h = hashlib.sha256()
     for o, n in ranges:
-        h.update(os.pread(fd, n, o))
+        key = begin(path, o, o + n)  # a stalled mount names this read too
+        try:
+            h.update(os.pread(fd, n, o))
+        finally:
+            end(key)
     return h.hexdigest()
+
+
+class _Worker(Generic[T]):
+    """``work`` on a daemon thread, waited for by :meth:`wait` where Ctrl-C and SIGTERM
+    are handled. A read stuck in a stalled mount (a hung NFS server, a FUSE remote that
+    stopped answering) holds its thread in the kernel, past signals: run on the main
+    thread, the probe waited for it (10 min at a 600 s FUSE READ) before Ctrl-C could
+    stop it, without a word. A read waiting :data:`STALL_S` is said on stderr."""
+
+    def __init__(self, work: Callable[[], T], doing: str) -> None:
+        self._doing = doing
+        self._out: list[tuple[bool, Any]] = []
+        self.thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self.thread.name = "headrace-probe"
+        self.thread.start()
+
+    def _run(self, work: Callable[[], T]) -> None:
+        try:
+            self._out.append((True, work()))
+        except BaseException as exc:  # handed to the waiter, raised there
+            self._out.append((False, exc))
+
+    def wait(self) -> T:
+        said = STALL_S
+        while True:
+            self.thread.join(timeout=1.0)  # a signal's exception comes out of here
+            if not self.thread.is_alive():
+                break
+            reads = [r for r in reads_in_flight() if r.age_s >= said]
+            if reads:
+                said = 2 * reads[0].age_s
+                shown = ", ".join(str(r) for r in reads[:4])
+                _say(
+                    f"{self._doing}: {len(reads)} read(s) waiting on storage, the oldest for "
+                    f"{reads[0].age_s:.1f} s: {shown}; stalled storage? (Ctrl-C stops the "
+                    "probe and prints what it has measured)"
+                )
+        done, value = self._out[0]
+        if not done:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+
+def _timed_read(
+    m: Measurement, path: str, ranges: list[tuple[int, int]]
+) -> tuple[list[Any], float, str]:
+    """The bytes of ``ranges`` read as ``m`` says, the seconds the reads took, and the
+    engine that ran (``""`` for mmap). Mapped random reads go ``m.in_flight`` requests a
+    call: on a network mount a mapped read asks for all its pages at once, and one call
+    of a round's requests had them all in flight (11 READs at once in the row "mmap
+    random, 1 in flight": 513 requests/s against pread's 40 at 20 ms a READ)."""
+    with RangeReader(m.config()) as reader:
+        f = reader.file(path)
+        # Map or open before the clock starts: probes time reads only.
+        if m.mode == "mmap":
+            _ = f.mapped
+        elif m.mode == "odirect":
+            _ = f.direct_fd
+        calls = [ranges]
+        if m.mode == "mmap" and m.pattern == "random":
+            calls = [ranges[k : k + m.in_flight] for k in range(0, len(ranges), m.in_flight)]
+        got: list[Any] = []
+        t0 = time.perf_counter()
+        for call in calls:
+            got.extend(reader.read(path, call))
+        seconds = time.perf_counter() - t0
+        return got, seconds, reader.stats.engine
+
+
+class _Refused(Exception):
+    """An O_DIRECT read the filesystem refused, though it took the open."""
+
+
+def _measure(
+    m: Measurement,
+    path: str,
+    ranges: list[tuple[int, int]],
+    ref_fd: int,
+    file_bytes: int,
+    drop_cache: bool,
+) -> tuple[float, float, str, bool]:
+    """One round of ``m``: the share of its requests cached as it began, its seconds,
+    the engine that ran, and whether its bytes are a plain ``pread``'s."""
+    if drop_cache:  # before each one: no measurement reads another's pages
+        drop_pages(path)
+    cached = _cached_share(ref_fd, file_bytes, ranges)
+    try:
+        got, seconds, engine = _timed_read(m, path, ranges)
+    except (HeadraceError, OSError) as exc:
+        if m.mode != "odirect":
+            raise
+        raise _Refused(str(exc)) from exc
+    h = hashlib.sha256()
+    for g in got:
+        h.update(g.tobytes())
+    return cached, seconds, engine, h.hexdigest() == _reference_digest(ref_fd, ranges, path)
 
 
 def measurements(
@@ -484,6 +591,7 @@ def probe(
     refused: dict[str, str] = {}
     stopped: KeyboardInterrupt | SystemExit | None = None
     ref_fd = os.open(path, os.O_RDONLY)
+    worker: _Worker[tuple[float, float, str, bool]] | None = None
     try:
         holes = hole_bytes(ref_fd, file_bytes)
         try:
@@ -491,32 +599,25 @@ def probe(
                 order = range(len(meas)) if r % 2 == 0 else reversed(range(len(meas)))
                 for i in order:
                     ranges = plan[i, r]
-                    if not ranges or (meas[i].mode == "odirect" and meas[i].engine in refused):
+                    m = meas[i]
+                    if not ranges or (m.mode == "odirect" and m.engine in refused):
                         continue
-                    if drop_cache:  # before each one: no measurement reads another's pages
-                        drop_pages(path)
-                    cached[i].append(_cached_share(ref_fd, file_bytes, ranges))
+                    work = functools.partial(
+                        _measure, m, path, ranges, ref_fd, file_bytes, drop_cache
+                    )
+                    doing = (
+                        f"{m.mode} {m.engine or '-'} {m.pattern} {m.request_bytes} "
+                        f"x{m.in_flight}, round {r + 1} of {rounds}"
+                    )
+                    worker = _Worker(work, doing)
                     try:
-                        with RangeReader(meas[i].config()) as reader:
-                            f = reader.file(path)
-                            # Map or open before the clock starts: probes time reads only.
-                            if meas[i].mode == "mmap":
-                                _ = f.mapped
-                            elif meas[i].mode == "odirect":
-                                _ = f.direct_fd
-                            t0 = time.perf_counter()
-                            got = reader.read(path, ranges)
-                            seconds = time.perf_counter() - t0
-                            ran[i].add(reader.stats.engine)
-                    except (HeadraceError, OSError) as exc:
-                        if meas[i].mode != "odirect":
-                            raise
-                        refused[meas[i].engine] = str(exc)
+                        share, seconds, engine, same = worker.wait()
+                    except _Refused as exc:
+                        refused[m.engine] = str(exc)
                         continue
-                    h = hashlib.sha256()
-                    for g in got:
-                        h.update(g.tobytes())
-                    ok[i] = ok[i] and h.hexdigest() == _reference_digest(ref_fd, ranges)
+                    cached[i].append(share)
+                    ran[i].add(engine)
+                    ok[i] = ok[i] and same
                     acc[i][0] += len(ranges)
                     acc[i][1] += seconds
                     acc[i][2] += sum(n for _, n in ranges)
@@ -526,7 +627,9 @@ def probe(
             # interrupt goes on: a probe stopped after minutes printed nothing.
             stopped = exc
     finally:
-        os.close(ref_fd)
+        # A measurement left waiting on a stalled read may still read through it.
+        if worker is None or not worker.thread.is_alive():
+            os.close(ref_fd)
     skipped.extend(
         {
             "mode": "odirect",
@@ -649,7 +752,11 @@ def _output(json_path: str | None, report: dict[str, Any], text: str) -> int:
     """Print the table and write ``--json``: to stdout for ``-`` (a file named ``-`` was
     written, and `probe F --json - | jq` read the table), the table then to stderr. A
     report that cannot be written is said after the table (it was a traceback, and the
-    figures measured were lost with it)."""
+    figures measured were lost with it). The time the probe took ends both: it was
+    nowhere, and a probe of a slow mount takes minutes."""
+    report["elapsed_s"] = round(time.perf_counter() - _STARTED[0], 3)
+    report["advice"] = recommend(report)
+    text += f"\n{recommend_line(report['advice'])}\nthe probe took {report['elapsed_s']:.1f} s"
     lost: ConfigError | None = None
     if json_path is not None and json_path != "-":
         try:
@@ -679,7 +786,8 @@ def _cannot_look(target: Path) -> str | None:
     """Why ``target`` cannot even be stat'ed, where ``Path.is_dir`` would raise (a mount
     whose FUSE server was killed answers ENOTCONN: a traceback until 2026-12-07)."""
     try:
-        target.stat()
+        with Waiting("stat", str(target)):
+            target.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None  # said below, with what to give instead
     except OSError as exc:
@@ -700,7 +808,95 @@ def _say(message: str) -> None:
     print(f"headrace probe: {message}", file=sys.stderr)
 
 
+#: a depth whose rate is within this share of the best one measured does as well: the
+#: least such depth is the one advised (a deeper one buys noise, and holds more memory)
+GOOD_ENOUGH = 0.8
+
+
+def recommend(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``in_flight`` to give the readers, from the random 4 KiB positional reads (an
+    object's smallest GETs): the least depth within :data:`GOOD_ENOUGH` of the best rate
+    measured, on the better engine at each depth. ``None`` where no depth or no
+    one-at-a-time rate was measured. The probe printed figures only, and a user was
+    left to work out which depth to set, or that a mapped read on a mount was not one
+    at a time (see :func:`_timed_read`)."""
+    results = report["results"]
+    gets = [x for x in results if x["mode"] == "get"]
+    if gets:
+        size = min(x["request_bytes"] for x in gets)
+        rows = [x for x in gets if x["request_bytes"] == size]
+        what = f"GETs of {size:,} bytes"
+    else:
+        rows = [
+            x
+            for x in results
+            if (x["mode"], x["pattern"], x["request_bytes"]) == ("pread", "random", BLOCK)
+        ]
+        what = "random 4 KiB preads"
+    rate: dict[int, dict[str, Any]] = {}
+    for x in rows:
+        best = rate.get(x["in_flight"])
+        if x["ops_per_s"] and (best is None or x["ops_per_s"] > best["ops_per_s"]):
+            rate[x["in_flight"]] = x
+    if 1 not in rate:
+        return None
+    top = max(x["ops_per_s"] for x in rate.values())
+    depth = min(d for d, x in rate.items() if x["ops_per_s"] >= GOOD_ENOUGH * top)
+    return {
+        "in_flight": depth,
+        "of": what,
+        "engine": rate[depth]["engine"],
+        "ops_per_s": rate[depth]["ops_per_s"],
+        "one_at_a_time_ops_per_s": rate[1]["ops_per_s"],
+        "in_flight_reached": rate[depth]["in_flight_reached"],
+        "deepest_measured": max(rate),
+    }
+
+
+def recommend_line(advice: dict[str, Any] | None) -> str:
+    if advice is None:
+        return "no in_flight advised: no one-at-a-time rate was measured (see skipped)"
+    d = advice["in_flight"]
+    gain = advice["ops_per_s"] / advice["one_at_a_time_ops_per_s"]
+    line = (
+        f"advice: in_flight={d} (FileSource, ReaderConfig; TokenSource on object stores): "
+        f"{advice['of']} ran {advice['ops_per_s']:,.0f}/s at {d} in flight "
+        f"({advice['engine']}), {gain:.1f}x one at a time; the least depth within "
+        f"{GOOD_ENOUGH:.0%} of the best measured"
+    )
+    if d == advice["deepest_measured"] and d > 1:
+        line += f"; deeper than {d} was not measured, and may do better"
+    if advice["in_flight_reached"] < d:
+        line += (
+            f"; a round held only {advice['in_flight_reached']} requests: raise --ops, or "
+            "probe a larger file"
+        )
+    return line
+
+
+#: when this process's probe began (:func:`run`), for ``elapsed_s``
+_STARTED = [time.perf_counter()]
+
+
 def run(args: argparse.Namespace) -> int:
+    _STARTED[0] = time.perf_counter()
+    try:
+        return _run(args)
+    except (KeyboardInterrupt, SystemExit):
+        stuck = [r for r in reads_in_flight() if r.age_s >= 1.0]
+        if stuck:
+            # A stat or an O_DIRECT read already with a FUSE server (or a hard NFS
+            # mount) cannot be cut short, not even by SIGKILL: the process lingered on,
+            # after "interrupted", with nothing said of why.
+            _say(
+                f"{len(stuck)} call(s) still wait on storage ({stuck[0]}): this process "
+                "ends once the kernel gives them back; a mount that never answers: "
+                "unmount it (fusermount3 -u MNT, or umount -f -l MNT)"
+            )
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from headrace.formats._file_list import is_object_url
 
     target = Path(args.path)
@@ -737,7 +933,8 @@ def run(args: argparse.Namespace) -> int:
     # Timed first, before anything here looks the folder's names up: a mount caches names
     # and attributes (1 s on FUSE), and stats answered from there say nothing of it.
     stats: dict[str, Any] = {}
-    unreadable = _cannot_look(target)
+    # Off the main thread: a stalled mount's stat held it past Ctrl-C.
+    unreadable = _Worker(functools.partial(_cannot_look, target), f"{target}").wait()
     if unreadable is not None:
         _say(unreadable)
         return 2
