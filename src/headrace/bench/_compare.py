@@ -13,6 +13,7 @@ from headrace.bench._report import (
     au_text,
     au_thresholds,
     fresh_pass_rate,
+    fresh_pass_steps,
     fresh_passes,
     max_acc_text,
     rate_text,
@@ -362,7 +363,8 @@ def _spread(r: dict[str, Any]) -> tuple[float, float, int] | None:
         passes = fresh_passes(r)
         if min(passes) <= 0:
             return None  # hand-made: no pass takes no time
-        return r["steps"] / max(passes), r["steps"] / min(passes), len(passes)
+        counted = fresh_pass_steps(r)  # after the warm-up steps timed apart
+        return counted / max(passes), counted / min(passes), len(passes)
     sp, n = r.get("batches_per_s_spread"), r.get("trials")
     if not isinstance(sp, dict) or not _number(sp.get("min")) or not _number(sp.get("max")):
         return None

@@ -129,13 +129,15 @@ def pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
 
     ``samples_per_s``/``mb_per_s`` (stored bytes) come from the median of the fresh
     passes of the same steps whose consumer does nothing (``fresh_pass_s``; each in
-    ``fresh_passes_s``), opening and the first fetches included, as a training run sees
-    them; the stage figures are the digested pass's.
+    ``fresh_passes_s``), of the steps after each pass's first ``fresh_pass_warmup_steps``
+    (the run's warm-up, timed apart: ``fresh_passes_warmup_s``, opening included); the
+    stage figures are the digested pass's.
     """
     src: dict[str, Any] = m.get("source") or {}
     wall = m.get("wall_s") or 0.0
     fresh = m.get("fresh_pass_s")
-    samples = m["steps"] * kind.host_batch
+    warm = int(m.get("fresh_pass_warmup_steps") or 0)  # timed apart, not counted
+    samples = (m["steps"] - warm) * kind.host_batch
     out: dict[str, Any] = {
         "in_flight_observed": src.get("in_flight_observed"),
         "requests": src.get("requests"),
@@ -158,9 +160,11 @@ def pass_figures(kind: Kind, m: dict[str, Any]) -> dict[str, Any]:
     if kind.canonical_digests and fresh:
         out["fresh_pass_s"] = fresh
         out["fresh_passes_s"] = m["fresh_passes_s"]
+        out["fresh_pass_warmup_steps"] = warm
+        out["fresh_passes_warmup_s"] = m["fresh_passes_warmup_s"]
         out["fresh_pass_page_cache"] = m["fresh_pass_page_cache"]
         out["samples_per_s"] = samples / fresh
-        out["mb_per_s"] = kind.payload_bytes(0, m["steps"]) / fresh / 1e6
+        out["mb_per_s"] = kind.payload_bytes(warm, m["steps"]) / fresh / 1e6
     if "peak_held_bytes" in src:
         out["peak_held_bytes"] = src["peak_held_bytes"]
     if "in_flight" in src:

@@ -24,6 +24,7 @@ __all__ = [
     "format_stage_table",
     "format_table",
     "fresh_pass_rate",
+    "fresh_pass_steps",
     "headline_rate",
     "max_acc_text",
     "print_report",
@@ -147,6 +148,14 @@ def short_au_note(steps: int, *, dlio: bool = False) -> str:
     )
 
 
+def fresh_pass_steps(r: dict[str, Any]) -> int:
+    """The steps a files result's fresh-pass seconds are of: its ``steps`` less the warm-up
+    steps timed apart (``fresh_pass_warmup_steps``; reports before 2026-12-07 counted
+    every step, and the digested pass's time is of every step)."""
+    warm = int(r.get("fresh_pass_warmup_steps") or 0) if r.get("fresh_pass_s") else 0
+    return int(r["steps"]) - warm
+
+
 def fresh_pass_rate(r: dict[str, Any]) -> float | None:
     """A files workload's batches/s in its fresh pass (see :func:`headline_rate`);
     ``None`` for other kinds, and for hand-made reports without the pass."""
@@ -154,7 +163,7 @@ def fresh_pass_rate(r: dict[str, Any]) -> float | None:
     if r.get("mb_per_s") is None or not stages.get("wall_s") or not r.get("steps"):
         return None
     # the undigested fresh pass (reports before it had the digested pass's wall time)
-    return float(r["steps"] / (r.get("fresh_pass_s") or stages["wall_s"]))
+    return float(fresh_pass_steps(r) / (r.get("fresh_pass_s") or stages["wall_s"]))
 
 
 def fresh_passes(r: dict[str, Any]) -> list[float]:
@@ -174,8 +183,8 @@ def headline_rate(r: dict[str, Any]) -> tuple[float, float, float, float, bool]:
     if rate is not None:
         if not r.get("fresh_pass_s"):  # reports before the fresh pass: the digested one
             return rate, rate, rate, r["mb_per_s"] / 1e3, True
-        passes = fresh_passes(r)
-        lo, hi = r["steps"] / max(passes), r["steps"] / min(passes)
+        passes, n = fresh_passes(r), fresh_pass_steps(r)
+        lo, hi = n / max(passes), n / min(passes)
         return rate, lo, hi, r["mb_per_s"] / 1e3, True
     sp = r["batches_per_s_spread"]
     return r["batches_per_s"], sp["min"], sp["max"], r["gb_per_s"], False

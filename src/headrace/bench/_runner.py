@@ -5,7 +5,8 @@
    the first batch; the process's peak RSS, attributable to this variant alone.
 2. **Timed trials**: every variant is opened once and warmed up (its first
    ``warmup_steps`` excluded), then trials alternate ``A B C D A B C D ...`` so
-   a noisy neighbour or a frequency change hits every variant alike. Each trial
+   a noisy neighbour or a frequency change hits every variant alike, each begun once
+   the other variants' read-ahead rests (:func:`at_rest`). Each trial
    times ``steps`` batches; medians and spreads are reported. Digesting is kept
    out of the timed loop (it costs as much as a fast gather). Files workloads
    then run fresh passes, alternating too (:mod:`headrace.bench._fresh`).
@@ -23,6 +24,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ from headrace.bench._result_notes import accelerators_note, result_notes
 from headrace.bench._slowfs_run import VariantMounts, slowfs_figures
 from headrace.emulate import SlowFSConfig
 from headrace.errors import ConfigError, HeadraceError
+from headrace.io._in_flight import reads_in_flight
 from headrace.io._memory import available_memory
 from headrace.io._mounts import MEMORY_FS, mount_of, network_type
 from headrace.io._pool import usable_cpus
@@ -94,6 +97,59 @@ def _warm(paths: list[str]) -> None:
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             while f.readinto(buf):
                 pass
+
+
+#: How long before a timed trial :func:`at_rest` waits at most; how often it looks, and
+#: how many looks in a row must find every other thread resting.
+_REST_LIMIT_S, _REST_LOOK_S, _REST_LOOKS = 10.0, 0.005, 4
+
+
+def _running_threads() -> int | None:
+    """This process's threads but this one running or waiting for a CPU (``R``) or in an
+    uninterruptible wait, a disk read (``D``): ``/proc/self/task/*/stat``; ``None`` where
+    there is no ``/proc``. On a loaded machine a runnable thread may get no CPU for 40 ms,
+    and its CPU time alone looked idle."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    me, n = threading.get_native_id(), 0
+    for task in tasks:
+        if task == str(me):
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/stat", encoding="ascii") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        n += bool(fields) and fields[0] in ("R", "D")
+    return n
+
+
+def at_rest(limit_s: float = _REST_LIMIT_S) -> float:
+    """Wait until this process's other threads rest, at most ``limit_s``: no read in flight,
+    under 10% of a CPU spent by the other threads and none of them running (``R``, ``D``)
+    at each of :data:`_REST_LOOKS` looks in a row. The seconds waited.
+
+    Both: a thread that waits for a CPU on a loaded machine spends none (its state says
+    it), and one that runs Python waits for the GIL while this thread looks (its CPU says
+    it). Every variant's trial stream stays open through the others' trials, and a
+    read-ahead refills its queue after its own: timed meanwhile, a trial shared the CPUs
+    with the other variants' reads and decodes (DLIO UNet3D, 3 variants: iterable's trials
+    1-3 read 100-109 MB, its own 56 MB and the others', at twice its CPU; trials 4-6 its
+    own alone, once the others' read-ahead had reached their streams' ends), so the first
+    trials did more and the later sped up."""
+    t0 = time.monotonic()
+    _fresh.settle(limit_s)
+    quiet = 0
+    while quiet < _REST_LOOKS and time.monotonic() - t0 < limit_s:
+        c0 = time.process_time() - time.thread_time()  # the other threads' CPU
+        time.sleep(_REST_LOOK_S)
+        running = _running_threads()
+        spent = time.process_time() - time.thread_time() - c0
+        busy = bool(running) or spent >= 0.1 * _REST_LOOK_S or bool(reads_in_flight())
+        quiet = 0 if busy else quiet + 1
+    return time.monotonic() - t0
 
 
 #: The child's last warnings kept in a failed variant's error.
@@ -342,7 +398,7 @@ def _run(
     # Per variant, each epoch's (AU, loader seconds per counted step; None: none counted).
     au: dict[str, list[tuple[float, float | None]]] = {s: [] for s in specs}
     au_warm: dict[str, float] = {}  # each variant's warm-up epoch's AU, kept out of the mean
-    fresh: dict[str, list[float]] = {}
+    fresh: dict[str, list[tuple[float, float]]] = {}  # (warm-up s, counted s) per pass
     max_acc: dict[str, int] = {}
     # The Loaders each variant's trial stream opened (see ``read_ahead`` below).
     trial_loaders: dict[str, list[Loader]] = {}
@@ -393,6 +449,7 @@ def _run(
                     if spec in failed:
                         continue
                     it = its[spec]
+                    at_rest()  # the other variants' read-ahead refilled, not racing this trial
                     try:
                         t0 = time.perf_counter()
                         for _ in range(t.steps):
@@ -422,7 +479,9 @@ def _run(
 
         phase = "fresh passes"
         live = [s for s in specs if s not in failed]
-        _fresh.alternate(live, of, digest_steps, _fresh.passes(kind), fail, pass_done, fresh)
+        _fresh.alternate(
+            live, of, digest_steps, _fresh.passes(kind), fail, pass_done, fresh, warmup
+        )
         # 3. the loader with (simulated) compute: accelerator utilisation. Each variant gets a
         # fresh stream and runs its trials (DLIO's epochs) back to back, each trial's first
         # step excluded and the run's AU the mean of the trials', as DLIO computes it (_au.py),
@@ -506,8 +565,12 @@ def _run(
     for spec in specs:
         m = measured[spec]
         if fresh.get(spec):
-            m["fresh_passes_s"] = fresh[spec]
-            m["fresh_pass_s"] = statistics.median(fresh[spec])
+            # Each pass's seconds after its warm-up steps, which are timed apart and left
+            # out of the figure, as the trials leave theirs out (see _fresh.fresh_pass_s).
+            m["fresh_passes_s"] = [s for _, s in fresh[spec]]
+            m["fresh_pass_s"] = statistics.median(m["fresh_passes_s"])
+            m["fresh_passes_warmup_s"] = [w for w, _ in fresh[spec]]
+            m["fresh_pass_warmup_steps"] = warmup
             m["fresh_pass_page_cache"] = cached_disk and not _fresh.reads_past_cache(kind, spec)
         med = statistics.median(rates[spec])
         # Interrupted in the trials with compute, a variant may have none of them.
@@ -584,6 +647,17 @@ def _run(
     ratios(results, opts.sweep_key)
     for res in results:
         res["table"] = table_figures(res)
+        if res["table"]["from"] == "fresh_pass":
+            # One figure per row: the table's. A files result's headline was its trials'
+            # median, which starts from a queue filled while the other variants ran (DLIO
+            # ResNet-50 map-style: 266,624 batches/s beside the table's tens); each trial
+            # stays in batches_per_s_trials.
+            shown = res["table"]
+            res["batches_per_s"], res["gb_per_s"] = shown["batches_per_s"], shown["gb_per_s"]
+            res["batches_per_s_spread"] = {
+                **shown["batches_per_s_spread"],
+                "median": shown["batches_per_s"],
+            }
         res.update(_read_rates(res))
     # Through slowfs, each variant's depth as its mount saw it: READs in flight. A token
     # or row variant names no in_flight, and a ceiling of the pool's 8 threads bounded
