@@ -24,6 +24,7 @@ fetched then, on demand: slower, never wrong. A file the object cache holds whol
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from headrace.formats._hdf5 import _counted, _h5py
+from headrace.formats._hdf5 import _bad_index, _bad_key, _counted, _h5py
 from headrace.formats._lazy_queue import LazyQueue
 from headrace.formats._sparse import MAX_GAP, Span, SparseImage
 from headrace.io._ranges import merge_ranges
@@ -205,7 +206,7 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
         with f:
             for ds in datasets:
                 try:
-                    data[ds] = _place(f.get(ds), h5py)
+                    data[ds] = _place(f.get(ds), h5py, image, ds)
                 except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
                     if image.error is not None:
                         raise image.error from exc
@@ -221,10 +222,13 @@ def learn_layout(image: SparseImage, datasets: tuple[str, ...] | list[str]) -> F
     return layout
 
 
-def _place(obj: Any, h5py: Any) -> _Data | None:
+def _place(obj: Any, h5py: Any, image: SparseImage, name: str) -> _Data | None:
+    """Where dataset ``name``'s samples lie in ``image``; a chunk index key that cannot be
+    one of the dataset's chunks is refused (see :func:`_bad_key`)."""
     if not isinstance(obj, h5py.Dataset) or obj.shape is None:
         return None
-    layout = obj.id.get_create_plist().get_layout()
+    plist = obj.id.get_create_plist()
+    layout = plist.get_layout()
     if layout == h5py.h5d.COMPACT:
         return _Data()
     if layout == h5py.h5d.CONTIGUOUS:
@@ -239,13 +243,22 @@ def _place(obj: Any, h5py: Any) -> _Data | None:
         first: list[int] = []
         at: list[int] = []
         size: list[int] = []
+        bad: list[str] = []
+        shape, chunks = tuple(obj.shape), tuple(obj.chunks)
+        filters = plist.get_nfilters()
+        # A chunk stored as is holds the chunk's values (variable-length ones: heap ids).
+        raw = None if obj.dtype.kind == "O" else math.prod(chunks) * obj.id.get_type().get_size()
 
         def note(info: Any) -> None:
+            if not bad and (why := _bad_key(info, shape, chunks, image.size, filters, raw)):
+                bad.append(why)
             first.append(info.chunk_offset[0])
             at.append(info.byte_offset)
             size.append(info.size)
 
         obj.id.chunk_iter(note)
+        if bad:
+            raise _bad_index(image.name, name, bad[0])
         order = np.argsort(np.asarray(at, dtype=np.int64), kind="stable")
         return _Data(
             rows_per_chunk=int(obj.chunks[0]),
