@@ -17,7 +17,8 @@ the archive and anything after it. Refused by name, with the offset: a header wh
 checksum does not add up, a member running past the end of the object, an archive
 without its end marker (cut at a member's end), an empty file, sparse members,
 gzip-compressed shards, a member with no field (no dot in its basename) and a field
-twice in one sample.
+twice in one sample (a key written twice in a row; under ``on_corrupt="replace"`` that
+sample alone is replaced).
 
 Fields decode by their last extension: ``jpg``/``jpeg``/``png`` as images, ``npy``
 as its array, ``cls``/``cls2``/``index``/``inx``/``id`` (webdataset's integer fields) as
@@ -314,6 +315,13 @@ def _truncated(
     return out[: len(keys)], said
 
 
+#: Why a sample holds a field twice.
+_TWICE = (
+    ": its key was written twice in a row (webdataset raises 'duplicate file name' "
+    "there), a sample's members must have different fields"
+)
+
+
 #: (Not damage: on_corrupt="replace" raises it, UnsupportedFormError.)
 _SPARSE = "sparse members are not read; write the shard again without --sparse (GNU tar -S)"
 
@@ -349,11 +357,14 @@ def tar_index(at: At, size: int, name: str, cut: bool = False) -> TarIndex:
             header.append(offset)
             first.append(k)
             held = set()
-        elif f in held:
+        elif f in held and not cut:
+            # (Under on_corrupt="replace" kept: that sample alone is replaced, _twice.)
             raise FormatError(
                 f"{name}: sample {key.decode('utf-8', 'surrogateescape')!r} holds field "
-                f"{field.lower()!r} twice (the second at offset {offset}): a sample's members "
-                "must have different fields"
+                f"{field.lower()!r} twice (the second at offset {offset}){_TWICE}; write the "
+                "shard again with a key a sample, or pass on_corrupt='replace' (that sample "
+                "is then replaced by another, the shard's other samples read, and the "
+                "shard named)"
             )
         held.add(f)
         field_of.append(f)
@@ -416,6 +427,51 @@ def _lacking_said(index: TarIndex, field: str, lacking: NDArray[np.intp], name: 
     )
 
 
+def _twice(index: TarIndex) -> NDArray[np.intp]:
+    """The samples holding a field twice (a key written twice in a row), which only a
+    walk under ``on_corrupt="replace"`` keeps: each is replaced alone. Until 2026-12-07
+    the walk refused the shard there, and ``"replace"`` left all its samples out."""
+    n, k = len(index), max(1, len(index.names))
+    first = index.first.astype(np.int64)
+    if int(first[-1]) == n:  # a member a sample (the usual shard of one field)
+        return np.empty(0, np.intp)
+    owner = np.repeat(np.arange(n), first[1:] - first[:-1])  # each member's sample
+    pairs = np.sort(owner * k + index.field.astype(np.int64))
+    return np.unique(pairs[1:][pairs[1:] == pairs[:-1]] // k).astype(np.intp)
+
+
+def _twice_said(index: TarIndex, r: int, name: str) -> str:
+    """What sample ``r``, holding a field twice, is: shard, key, field, offsets."""
+    a, b = int(index.first[r]), int(index.first[r + 1])
+    seen: dict[int, int] = {}
+    for m in range(a, b):
+        f = int(index.field[m])
+        if f in seen:
+            return (
+                f"{name}: sample {index.key(r)!r} (offset {int(index.header[r])}) holds "
+                f"field {index.names[f]!r} twice (the second's data at offset "
+                f"{int(index.at[m])}){_TWICE}"
+            )
+        seen[f] = m
+    return ""
+
+
+def _with_twice(index: TarIndex, name: str, said: str) -> BrokenSample | None:
+    """The news of :func:`broken_fields` or :func:`broken_alike` (``said``) with that
+    of the samples holding a field twice, which are replaced too."""
+    twice = _twice(index)
+    if not len(twice):
+        return BrokenSample(said) if said else None
+    r = int(twice[0])
+    news = (
+        f"{_twice_said(index, r, name)} ({len(twice)} of the shard's {len(index)} samples "
+        "hold a field twice): each such sample is replaced by another when read"
+    )
+    if not said:
+        return BrokenSample(f"{news}, the shard's other {len(index) - len(twice)} are read")
+    return BrokenSample(f"{said}; and {news}")
+
+
 def usual_fields(index: TarIndex) -> tuple[list[str], NDArray[np.intp], int, int]:
     """The fields most of the shard's samples hold (sorted; the first's of those that
     as many hold), the samples holding other fields, how many hold them and the first
@@ -428,11 +484,11 @@ def usual_fields(index: TarIndex) -> tuple[list[str], NDArray[np.intp], int, int
     first = index.first.astype(np.int64)
     field = index.field.astype(np.int64)
     if len(index.names) <= 62:
-        # Each sample's fields as the bits of one number (its members' fields differ:
-        # their sum is their OR; a sample holds a member at least): a comparison of
-        # rows of a sample x field table (np.unique, axis=0) took 13 ms a read of a
-        # shard of 10,000 samples.
-        held = np.add.reduceat(np.left_shift(1, field), first[:-1])
+        # Each sample's fields as the bits of one number (a sample holds a member at
+        # least; an OR, not a sum: a field twice, _twice, summed to another's bit): a
+        # comparison of rows of a sample x field table (np.unique, axis=0) took 13 ms a
+        # read of a shard of 10,000 samples.
+        held = np.bitwise_or.reduceat(np.left_shift(1, field), first[:-1])
         if (held == held[0]).all():  # (the usual shard)
             return sorted(index.fields(0)), np.empty(0, np.intp), n, 0
     else:
@@ -490,13 +546,13 @@ def broken_alike(index: TarIndex, name: str) -> BrokenSample | None:
     """What :func:`check_alike` refuses, as news under ``on_corrupt="replace"`` (see
     :func:`broken_fields`; ``None`` where every sample holds the same fields)."""
     said = _unlike_said(index, name)
-    if not said:
-        return None
-    odd = len(usual_fields(index)[1])
-    return BrokenSample(
-        f"{said}: each sample of other fields ({odd}) is replaced by another when read, "
-        f"the shard's other {len(index) - odd} are read"
-    )
+    odd = len(usual_fields(index)[1]) if said else 0
+    if said:
+        said += (
+            f": each sample of other fields ({odd}) is replaced by another when read, "
+            f"the shard's other {len(index) - odd} are read"
+        )
+    return _with_twice(index, name, said)
 
 
 def check_fields(index: TarIndex, fields: Sequence[str], name: str) -> None:
@@ -528,13 +584,14 @@ def broken_fields(index: TarIndex, fields: Sequence[str], name: str) -> BrokenSa
     if not len(index):
         return None
     field, lacking, broken = _lacking(index, fields)
-    if not broken:
-        return None
-    return BrokenSample(
-        f"{_lacking_said(index, field, lacking, name)}: each sample lacking a field asked "
-        f"({broken}) is replaced by another when read, the shard's other "
-        f"{len(index) - broken} are read"
-    )
+    said = ""
+    if broken:
+        said = (
+            f"{_lacking_said(index, field, lacking, name)}: each sample lacking a field "
+            f"asked ({broken}) is replaced by another when read, the shard's other "
+            f"{len(index) - broken} are read"
+        )
+    return _with_twice(index, name, said)
 
 
 def raise_broken(sample: Mapping[str, NDArray[Any]]) -> None:
@@ -659,6 +716,8 @@ def decode_tar(
         held = index.fields(r)
         where = f"sample {index.key(r)!r} (offset {int(index.header[r])})"
         try:
+            if int(index.first[r + 1]) - int(index.first[r]) > len(held):
+                raise FormatError(_twice_said(index, r, name))  # (walked under "replace")
             if fields is None and sorted(held) != want:  # (a shard's last, cut short, say)
                 raise FormatError(
                     f"{name}: {_unlike(index, r, want, many, at)}"
