@@ -179,10 +179,20 @@ class RandomResizedCrop:
         _check_size(self)
         _check_interpolation(self)
         lo, hi = self.scale
+        # Named, with the fix: torchvision only warns of a reversed range and then fails
+        # at the first image with torch's "uniform_ expects to return a [from, to) range".
         if not 0 < lo <= hi <= 1:
-            raise errors.ConfigError(f"scale must satisfy 0 < min <= max <= 1 (got {self.scale}).")
+            raise errors.ConfigError(
+                f"RandomResizedCrop scale must satisfy 0 < min <= max <= 1, the least and "
+                f"greatest fractions of an image's area a region takes (got {self.scale}); "
+                "e.g. (0.08, 1.0), torchvision's default."
+            )
         if not 0 < self.ratio[0] <= self.ratio[1]:
-            raise errors.ConfigError(f"ratio must satisfy 0 < min <= max (got {self.ratio}).")
+            raise errors.ConfigError(
+                f"RandomResizedCrop ratio must satisfy 0 < min <= max, the narrowest and widest "
+                f"width / height of a region (got {self.ratio}); e.g. (3/4, 4/3), "
+                "torchvision's default."
+            )
         if not np.isfinite(self.ratio[1]):  # NumPy's "range exceeds valid bounds" at a draw
             raise errors.ConfigError(
                 f"ratio must be finite, the widest width / height a region may have (got "

@@ -110,6 +110,9 @@ _AFTER_SCAN = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 # libjpeg's warning for bytes before the EOI marker (0xd9), some of ImageNet's files.
 #: Pillow's OSError for a decoder its build lacks (``Image._getdecoder``).
 _NO_DECODER = re.compile(r"decoder (\S+) not available")
+# simplejpeg's header error for sampling factors TurboJPEG names no level for (libjpeg
+# decodes them): CMYK with C, M and Y subsampled, as Pillow writes with subsampling=1 or 2.
+_UNKNOWN_SUBSAMPLING = re.compile(r"Could not determine subsampling level")
 _EXTRANEOUS_AT_END = re.compile(r"Corrupt JPEG data: \d+ extraneous bytes before marker 0xd9")
 # IHDR's bit depth and colour type bytes (after the signature, the chunk's length and
 # type, width and height).
@@ -292,7 +295,8 @@ def _check_jpeg(view: memoryview, name: str) -> None:
                 f"{name}: JPEG with {len(view) - last - 2} bytes of other data after an EOI "
                 f"marker ff d9 at byte {last} (a phone's appended video or trailer?), or a "
                 "truncated one: headrace accepts only files that end with EOI, its check for "
-                "truncation"
+                f"truncation; where the image before it is whole, keep that: its first "
+                f"{last + 2:,} bytes (data[:{last + 2}]) saved as the file"
             )
         zeros = f", then {len(view) - end:,} zero bytes" if end < len(view) else ""
         raise FormatError(
@@ -633,6 +637,12 @@ def _decode_jpeg(
         try:
             height, width, colorspace, _ = _simplejpeg.decode_jpeg_header(view)
         except ValueError as exc:
+            if _UNKNOWN_SUBSAMPLING.search(str(exc)) and _subsampled_cmyk(view):
+                # Sound, but sampled as TurboJPEG's API has no name for (a CMYK file
+                # with C, M and Y halved): libjpeg decodes it, and so Pillow and
+                # torchvision read it; it was refused as corrupt. Pillow's path, whose
+                # libjpeg cannot tell a baseline scan cut short (the checks above ran).
+                return _pil_decode(view, name, "JPEG", want)
             raise FormatError(f"{name}: corrupt JPEG ({exc}): {RECOPY}") from exc
         _check_pixels(height, width, name, "JPEG")
         if colorspace in _FOUR_CHANNEL:
@@ -658,6 +668,23 @@ def _decode_jpeg(
         # channel (they differ by rounding): decoded as RGB, converted as Pillow does.
         return _convert_array(_simplejpeg_decode(view, name, "RGB"), want, name)
     return _pil_decode(view, name, "JPEG", want)
+
+
+def _subsampled_cmyk(view: memoryview) -> bool:
+    """Whether ``view``'s frame header is a sound 8-bit, 4-component (CMYK/YCCK) one whose
+    sampling factors differ: what simplejpeg's header call cannot name a level for. Other
+    files that it says so of are damaged (garbage between markers, a broken frame
+    header) and stay refused as corrupt."""
+    for marker, start, stop in jpeg_segments(view):
+        if marker in _SOF:
+            body = bytes(view[start:stop])
+            if len(body) != 6 + 3 * 4 or body[0] != 8 or body[5] != 4:
+                return False
+            factors = body[7::3]
+            return all(f >> 4 in (1, 2, 4) and f & 15 in (1, 2, 4) for f in factors) and (
+                len(set(factors)) > 1
+            )
+    return False
 
 
 def _simplejpeg_decode(
