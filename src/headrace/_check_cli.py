@@ -524,6 +524,11 @@ _FLAGS = (
         "give it with --width NAME=LxI (L lists of I items), e.g. --width words=8x128",
     ),
     ("vocab_size=", "vocab_size= is --vocab-size N (leave it out to check no token ids)"),
+    # --format tokens given a Parquet or Arrow file: the refusal names Python's readers.
+    (
+        "A table's token lists read as",
+        "check it as a table, --format table --columns input_ids --width N (one row a sample)",
+    ),
 )
 
 

@@ -31,6 +31,9 @@ TEXT_HEAD = 64
 _TABLES = {
     (b"PAR1", (".parquet", ".pq")): "a Parquet file",
     (b"ARROW1", (".arrow", ".feather", ".ipc")): "an Arrow IPC file",
+    # The stream format's continuation marker: datasets' save_to_disk writes its
+    # data-*.arrow so (read as uint16 tokens until 2026-12-07, "no problems").
+    (b"\xff\xff\xff\xff", (".arrow", ".ipc")): "an Arrow IPC stream",
 }
 
 _COMPRESSED = {
