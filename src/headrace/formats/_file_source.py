@@ -966,7 +966,17 @@ class FileSource(Closing):
             raise DataError(
                 f"{where}: {len(self.corrupt_files)} of {len(self.files)} files are "
                 f"corrupt, more than max_corrupt={self.config.max_corrupt:g} allows "
-                f"({allowed}): {listed}" + (f"; and {more} more" if more > 0 else "")
+                f"({allowed}): {listed}"
+                + (f"; and {more} more" if more > 0 else "")
+                + (
+                    # A shard of a few broken samples counts as a file: a crawl's 1% of
+                    # samples without a caption made every shard "corrupt".
+                    "; a tar shard counts whole where one sample is broken: pass "
+                    "max_corrupt= the share of shards you accept (1.0: any), or leave a "
+                    "field some samples lack out of datasets="
+                    if self.format.name == "tar"
+                    else ""
+                )
             )
 
     # -- lifecycle -------------------------------------------------------------------
