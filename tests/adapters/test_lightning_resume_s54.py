@@ -22,6 +22,7 @@ plain ``Loader``'s pass.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import subprocess
 from typing import Any
@@ -34,7 +35,10 @@ from headrace.formats import TokenSource
 from headrace.pipeline import Loader
 
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
-pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+# Looked up, not imported: every xdist worker collects this module, and importing
+# Lightning costs each 4-6 s of CPU for the one that runs it.
+if importlib.util.find_spec("lightning") is None:
+    pytest.skip("pip install lightning (in the test extra)", allow_module_level=True)
 
 pytestmark = pytest.mark.integration
 

@@ -21,6 +21,7 @@ resumed from step 3.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from typing import Any
@@ -30,7 +31,10 @@ import pytest
 from _adapter_data import run_script
 
 pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
-pytest.importorskip("lightning", reason="pip install lightning (in the test extra)")
+# Looked up, not imported: every xdist worker collects this module, and importing
+# Lightning costs each 4-6 s of CPU for the one that runs it.
+if importlib.util.find_spec("lightning") is None:
+    pytest.skip("pip install lightning (in the test extra)", allow_module_level=True)
 
 pytestmark = [
     pytest.mark.integration,
