@@ -5,12 +5,14 @@ waited for, then in the refusal at the end of the wait (``HEADRACE_JAX_WAIT_S``)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import itertools
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +38,10 @@ _WAIT_ENV = "HEADRACE_JAX_WAIT_S"
 _WAIT_S = 600.0
 # The first warning that a process is waited for, at most (then at doubling intervals).
 _FIRST_WARNING_S = 30.0
+# How often a waiting process looks whether the ones it waits for have exited, in seconds.
+_POLL_S = 1.0
+# Where a process that exits posts why (see _post_exit).
+_EXITED = "headrace/jax/exited/"
 
 
 def _coordination_client() -> Any:
@@ -46,6 +52,28 @@ def _coordination_client() -> Any:
     except ImportError:
         return None
     return getattr(distributed.global_state, "client", None)
+
+
+def _post_exit() -> None:
+    """Post, as this process exits, that it did and why (its uncaught exception), so that
+    processes waiting for its loader refuse at once, naming it and the error, instead of
+    waiting the whole ``HEADRACE_JAX_WAIT_S`` (10 minutes): a host whose data path was
+    missing raised before its loader, then waited in jax's shutdown, alive to jax's
+    heartbeats, while the others warned that it had not come. Registered when this module
+    is imported, after jax's own exit handler, so it runs before jax shuts down."""
+    client = _coordination_client()
+    if client is None:
+        return
+    with contextlib.suppress(Exception):  # an exit must not fail for this
+        from jax._src import distributed
+
+        me = int(distributed.global_state.process_id)
+        error = getattr(sys, "last_value", None)
+        why = "no uncaught exception" if error is None else f"{type(error).__name__}: {error}"
+        client.key_value_set(f"{_EXITED}{me}", why[:1000])
+
+
+atexit.register(_post_exit)
 
 
 def spans_processes(sharding: Any) -> bool:
@@ -177,7 +205,7 @@ def _posted(
     warn_at = start + interval
     for p in range(count):
         while p != me and p not in posted:
-            until = min(warn_at, start + total)
+            until = min(warn_at, start + total, time.monotonic() + _POLL_S)
             timeout_ms = max(1, math.ceil((until - time.monotonic()) * 1000))
             try:
                 posted[p] = client.blocking_key_value_get(f"{prefix}{p}", timeout_ms)
@@ -190,8 +218,22 @@ def _posted(
                     raise
                 error = exc
             posted.update(_arrived(client, prefix))
-            missing = _listed("process", [q for q in range(count) if q != me and q not in posted])
+            absent = [q for q in range(count) if q != me and q not in posted]
+            exited = {q: why for q, why in _arrived(client, _EXITED).items() if q in absent}
+            if exited:
+                said = "; ".join(
+                    f"process {q} of {count} exited ({why})" for q, why in exited.items()
+                )
+                raise ConfigError(
+                    f"{said} before it started iterating {this}, so process {me} refuses "
+                    "rather than wait for it: its log says more. Make and iterate the same "
+                    "loaders on every process, and mend what stopped it (a data path missing "
+                    "on that host, an error before its loader)."
+                ) from error
+            missing = _listed("process", absent)
             waited = time.monotonic() - start
+            if time.monotonic() < warn_at and waited < total:
+                continue  # looked for exits; not yet time to warn
             if waited >= total:
                 raise ConfigError(
                     f"{missing} of {count} did not start iterating {this} within {total:g} s "
