@@ -25,6 +25,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import sys
 from typing import Any
 
@@ -63,9 +64,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--format",
-        required=True,
         choices=(*_FILE_FORMATS, "tokens", "table", "mds"),
-        help="a file format (FileSource); 'tokens': raw/nanoGPT/Megatron token files; "
+        help="required: a file format (FileSource); 'tokens': raw/nanoGPT/Megatron token files; "
         "'table': Parquet, Arrow IPC or a datasets save_to_disk folder (TableSource); "
         "'mds': MosaicML Streaming's MDS shards (MDSSource)",
     )
@@ -373,9 +373,83 @@ def _shapes(given: list[str]) -> dict[str, tuple[int | None, ...]]:
     return out
 
 
+# A file's first bytes and the --format they ask for (HDF5's, tar's "ustar" at 257).
+_MAGIC = (
+    (0, b"PAR1", "table"),
+    (0, b"ARROW1", "table"),
+    (0, b"\x93NUMPY", "npy"),
+    (0, b"PK\x03\x04", "npz"),
+    (0, b"\x89PNG\r\n\x1a\n", "png"),
+    (0, b"\xff\xd8\xff", "jpeg"),
+    (0, b"\x89HDF\r\n\x1a\n", "hdf5"),
+    (0, b"MMIDIDX", "tokens"),
+    (257, b"ustar", "tar"),
+)
+
+
+def _guess_format(data: str) -> str | None:
+    """The ``--format`` that ``data``'s name (a local file's first bytes where its name
+    says nothing) asks for, or None: said to a user who left ``--format`` out, never used
+    in its place (a .bin is raw bytes to one user and token ids to another)."""
+    from glob import glob
+
+    from headrace.formats._files import format_of
+
+    if "://" not in data and not os.path.exists(data):
+        data = next(iter(sorted(glob(data))), data)
+    name = os.path.basename(data.rstrip("/"))
+    ext = os.path.splitext(name)[1].lower()
+    if name == "index.json":
+        return "mds"
+    if ext in (".parquet", ".arrow", ".feather"):
+        return "table"
+    if ext in (".bin", ".idx"):
+        stem = data[: -len(ext)]
+        return "tokens" if os.path.isfile(stem + ".idx") and os.path.isfile(stem + ".bin") else None
+    fmt = format_of(name)
+    if fmt is not None:
+        return fmt.name
+    if os.path.isdir(data):
+        names = os.listdir(data)
+        if "index.json" in names:
+            return "mds"
+        if "dataset_info.json" in names or "state.json" in names:
+            return "table"  # a datasets save_to_disk folder
+        # (The first 64 names: a class folder's files, a folder of 1,000 classes.)
+        some = sorted(names)[:64]
+        guesses = [g for g in (_guess_format(os.path.join(data, n)) for n in some) if g]
+        return max(set(guesses), key=guesses.count) if guesses else None
+    try:
+        with open(data, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return None
+    return next((fmt for at, magic, fmt in _MAGIC if head[at : at + len(magic)] == magic), None)
+
+
+def _refuse_no_format(data: list[str]) -> None:
+    """``--format`` left out: the one ``data`` looks like, as a command to type, else the
+    choices (argparse said only "the following arguments are required: --format")."""
+    for item in data:
+        fmt = _guess_format(item)
+        if fmt is not None:
+            raise ConfigError(
+                f"--format is required; {item} looks like --format {fmt}: "
+                f"{shlex.join(['headrace', 'check', *data, '--format', fmt])}"
+            )
+    raise ConfigError(
+        f"--format is required, and the name and first bytes of {data[0]} do not say which: "
+        f"one of {', '.join((*_FILE_FORMATS, 'tokens', 'table', 'mds'))} (tokens: raw, "
+        "nanoGPT or Megatron token files; table: Parquet, Arrow, save_to_disk; mds: "
+        "MosaicML Streaming shards)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from headrace.pipeline import check
 
+    if args.format is None:
+        _refuse_no_format(args.data)
     i, slash, k = args.shard.partition("/")
     if not (slash and i.isdigit() and k.isdigit()):
         raise ConfigError(f"--shard {args.shard!r}: give it as I/K, e.g. 0/4 (the first of 4)")

@@ -814,6 +814,13 @@ def check(args: argparse.Namespace) -> list[Kind]:
     return kinds
 
 
+def _on_local_s3(kind: Kind) -> bool:
+    """Whether ``kind``'s run serves its dataset from a moto server it starts (S3, no
+    ``--endpoint``, no gs:// or az:// URL)."""
+    store = getattr(kind, "store", None)
+    return store is not None and store.remote and not store.cloud and not store.endpoint
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root or default_root()
     if _is_compare(args.action):
@@ -872,6 +879,11 @@ def run(args: argparse.Namespace) -> int:
         # By a lower bound first: a --scale 1 DLIO dataset of 524,288 files took 15 s to
         # count before its refusal, and --scale 1e9 never ended counting.
         room_for(root, kinds)
+        if any(_on_local_s3(k) for k in kinds):
+            # Before the dataset is written (67 MB for tokens), not once it is to be served.
+            from headrace.emulate._s3 import refuse_missing_moto
+
+            refuse_missing_moto()
         slowfs = slowfs_config(args)
         if slowfs is not None:
             fuse_check()

@@ -67,6 +67,23 @@ class S3Endpoint:
         )
 
 
+def refuse_missing_moto() -> None:
+    """Refuse, naming the pip install, where moto's server cannot run here. Also called
+    by ``bench --storage s3`` before it writes its dataset (67 MB were written first)."""
+    # Checked before the start: the server's child failed with its own traceback (No
+    # module named 'moto'), which `headrace emulate s3` and `bench --storage s3` printed.
+    missing = [m for m in ("moto", "flask") if importlib.util.find_spec(m) is None]
+    if missing:
+        # Named with obstore where that is missing too: what reads from the server
+        # asked for it only at the next try.
+        extras = "emulate" if importlib.util.find_spec("obstore") else "emulate,objects"
+        raise ConfigError(
+            f"the local S3 emulator runs moto's server, and {missing[0]!r} is not "
+            f"installed: pip install 'headrace[{extras}]' (or give an S3 endpoint of your "
+            "own: --endpoint URL)"
+        )
+
+
 class LocalS3(Closing):
     """moto's S3 server on a free 127.0.0.1 port, for the life of a ``with`` block.
 
@@ -91,18 +108,7 @@ class LocalS3(Closing):
         )
 
     def start(self) -> Self:
-        # Checked here: the server's child failed with its own traceback (No module named
-        # 'moto'), which `headrace emulate s3` and `bench --storage s3` printed whole.
-        missing = [m for m in ("moto", "flask") if importlib.util.find_spec(m) is None]
-        if missing:
-            # Named with obstore where that is missing too: what reads from the server
-            # asked for it only at the next try.
-            extras = "emulate" if importlib.util.find_spec("obstore") else "emulate,objects"
-            raise ConfigError(
-                f"the local S3 emulator runs moto's server, and {missing[0]!r} is not "
-                f"installed: pip install 'headrace[{extras}]' (or give an S3 endpoint of your "
-                "own: --endpoint URL)"
-            )
+        refuse_missing_moto()
         self._server.start()
         return self
 

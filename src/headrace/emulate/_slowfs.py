@@ -300,6 +300,22 @@ def _check_dirs(src: str, mnt: str) -> None:
         )
 
 
+def _mfusepy() -> Any:
+    """mfusepy, loaded; a :class:`StorageError` naming the installs where it cannot be."""
+    try:
+        import mfusepy
+    except (ImportError, OSError) as exc:
+        # mfusepy loads libfuse at import; both a missing module and a missing
+        # libfuse3.so land here.
+        raise StorageError(
+            errno.ENOSYS,
+            f"slowfs: cannot load mfusepy/libfuse3 ({exc}); "
+            "install with `pip install 'headrace[emulate]'` (mfusepy) and "
+            "`apt-get install fuse3`",
+        ) from exc
+    return mfusepy
+
+
 def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = None) -> int:
     """Mount ``src`` at ``mnt`` and serve in the foreground until unmounted or signalled.
 
@@ -316,17 +332,7 @@ def serve(src: str, mnt: str, config: SlowFSConfig, *, stats_file: str | None = 
     # Where fusermount3 mounts, and the mount table says it did, when MNT is a symlink:
     # the checks for a mount left behind look there.
     mnt = os.path.realpath(mnt)
-    try:
-        import mfusepy
-    except (ImportError, OSError) as exc:
-        # mfusepy loads libfuse at import; both a missing module and a missing
-        # libfuse3.so land here.
-        raise StorageError(
-            errno.ENOSYS,
-            f"slowfs: cannot load mfusepy/libfuse3 ({exc}); "
-            "install with `pip install 'headrace[emulate]'` (mfusepy) and "
-            "`apt-get install fuse3`",
-        ) from exc
+    mfusepy = _mfusepy()
     stats = SlowFSStats(
         stats_file,
         interval_s=config.stats_interval_s,
@@ -508,6 +514,11 @@ def run(args: argparse.Namespace) -> int:
             # Checked with the other refusals, before "mounting" is said: a stats file in a
             # missing folder failed after it, with exit 1 (until 2026-12-06).
             check_output_path("--stats-file", args.stats_file)
+        # Before "mounting" is said too: it was said, then the missing extra, with exit 1.
+        _mfusepy()
+    except StorageError as exc:
+        print(f"headrace emulate: {said(exc)}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         # By the flags given: it read "error: SlowFSConfig.read_latency_ms must be ...".
         text = re.sub(r"SlowFSConfig\.(\w+)", lambda m: "--" + m[1].replace("_", "-"), str(exc))
