@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,13 @@ pytest.importorskip("torch", reason="torch is an optional extra (pip install tor
 
 from torch.distributed import TCPStore
 
+from _megatron_pairs import read_pair, write_pair
 from headrace.formats import TokenSource
 from headrace.pipeline import Loader, Mixture
 from headrace.testing import batch_digest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "formats"))
-from test_megatron_journey_s55 import read_pair, write_pair
+# Ranks are forked: JAX, imported by other tests in this worker, warns of a fork.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 
 L, B, SEED, STEPS, SAVE_AT = 8, 12, 3, 8, 3  # B: split by 1, 2 and 3 hosts
 PAIRS = {"web_0": np.uint16, "web_1": np.uint16, "code_0": np.uint16, "big_0": np.int32}

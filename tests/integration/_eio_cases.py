@@ -124,7 +124,8 @@ def build(src: Path) -> list[str]:
     rng.integers(0, 50_000, TOKENS, dtype=np.uint16).tofile(src / "tokens.bin")
     specs.append(f"tokens.bin:{BAD_TOKENS[0]}-{BAD_TOKENS[1]}")
     for name in ("rows", "anchor", "positive"):
-        np.save(src / f"{name}.npy", rng.integers(0, 50_000, (ROWS, WIDTH), dtype=np.int32))
+        # Ids from 1: 0 is pad_id, which pairs without a mask file refuse between tokens.
+        np.save(src / f"{name}.npy", rng.integers(1, 50_000, (ROWS, WIDTH), dtype=np.int32))
     np.save(src / "mask.npy", np.ones((ROWS, WIDTH), dtype=np.int8))
     specs += [f"rows.npy:{BAD_ROWS[0]}-{BAD_ROWS[1]}", f"positive.npy:{BAD_ROWS[0]}-{BAD_ROWS[1]}"]
 
