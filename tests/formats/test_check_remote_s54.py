@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from _bucket import bucket_fixture
 from headrace.errors import ObjectNotFoundError
 from headrace.formats import TableSource
 from headrace.io import RetryPolicy
@@ -35,14 +36,7 @@ def _shard(i: int, arrow: bool = False) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-@pytest.fixture(scope="module")
-def s3() -> Any:
-    pytest.importorskip("moto")
-    from headrace.emulate import LocalS3
-
-    with LocalS3() as server:
-        server.create_bucket(BUCKET)
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 def _source(s3: Any, prefix: str, files: dict[str, bytes], **kw: Any) -> TableSource:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from _bucket import bucket_fixture
 from headrace.errors import FormatError, ObjectNotFoundError
 from headrace.formats import FileSource, TableSource
 from headrace.io import RetryPolicy
@@ -41,14 +42,7 @@ def test_a_pillow_format_named_jpg_is_told_to_use_format_image(tmp_path: Path, f
         assert np.array_equal(src.read(0, np.arange(1))["image"][0], pixels)
 
 
-@pytest.fixture(scope="module")
-def s3() -> Any:
-    pytest.importorskip("moto")
-    from headrace.emulate import LocalS3
-
-    with LocalS3() as server:
-        server.create_bucket(BUCKET)
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 def test_an_object_deleted_after_listing_is_not_said_opened(

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from _bucket import bucket_fixture
 from headrace.errors import ConfigError, FormatError
 from headrace.formats import TableSource
 from headrace.io import RetryPolicy
@@ -46,14 +47,7 @@ def _shard(i: int, rows: int) -> pa.Table:
     )
 
 
-@pytest.fixture(scope="module")
-def s3() -> Any:
-    pytest.importorskip("moto")
-    from headrace.emulate import LocalS3
-
-    with LocalS3() as server:
-        server.create_bucket(BUCKET)
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from _bucket import bucket_fixture
 from headrace.errors import FormatError, ObjectNotFoundError
 from headrace.formats import TableSource, _table_remote
 from headrace.io import RetryPolicy
@@ -40,14 +41,7 @@ def _shard(i: int, rows: int, longest: int = 64) -> pa.Table:
     )
 
 
-@pytest.fixture(scope="module")
-def s3() -> Any:
-    pytest.importorskip("moto")
-    from headrace.emulate import LocalS3
-
-    with LocalS3() as server:
-        server.create_bucket(BUCKET)
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture(scope="module")

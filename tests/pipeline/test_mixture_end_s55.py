@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from _bucket import bucket_fixture
 from headrace.formats import PaddedRows, TableSource, write_row_file
 from headrace.io import RetryPolicy
 from headrace.pipeline import Loader, Mapped, Mixture
@@ -43,14 +44,7 @@ def _key(ids: list[int]) -> bytes:
     return x.tobytes()
 
 
-@pytest.fixture(scope="module")
-def s3() -> Any:
-    pytest.importorskip("moto")
-    from headrace.emulate import LocalS3
-
-    with LocalS3() as server:
-        server.create_bucket(BUCKET)
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture(scope="module")
