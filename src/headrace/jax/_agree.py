@@ -69,7 +69,11 @@ def _post_exit() -> None:
 
         me = int(distributed.global_state.process_id)
         error = getattr(sys, "last_value", None)
-        why = "no uncaught exception" if error is None else f"{type(error).__name__}: {error}"
+        why = (
+            "without an uncaught exception (sys.exit?)"
+            if error is None
+            else f"{type(error).__name__}: {error}"
+        )
         client.key_value_set(f"{_EXITED}{me}", why[:1000])
 
 

@@ -358,9 +358,14 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         the run never interrupted validated all 5 (once over, each starts at step 0)."""
         if self.epochs is not None and lightning_evaluation() is not None:
             return remaining_steps(0, self.steps)
-        # A Lightning fit resumed part way through an epoch, over a stock DataLoader:
-        # that epoch's batches before the checkpoint too (lightning_resumed).
-        return remaining_steps(self._next_start(), self.steps) + lightning_resumed(self)
+        # A Lightning fit resumed part way through an epoch, over a stock DataLoader,
+        # counts that epoch's batches before the checkpoint as done (lightning_resumed):
+        # those of this pass before its next start, none where the pass starts over (a
+        # checkpoint at an epoch's end: Lightning's 12 done and a new pass's 12 made a
+        # resumed epoch of 24 batches, and its LR schedule twice as long).
+        start = self._next_start()
+        done = start if lightning_resumed(self) else 0
+        return remaining_steps(start, self.steps) + done
 
     def __bool__(self) -> bool:
         return True
