@@ -114,7 +114,7 @@ def take_corrupt_news() -> dict[str, tuple[list[tuple[str, str]], int]]:
         return news
 
 
-def _relay(token: str, found: tuple[str, str] | None = None, replaced: int = 0) -> bool:
+def relay_news(token: str, found: tuple[str, str] | None = None, replaced: int = 0) -> bool:
     """Note a corrupt file or replaced samples for :func:`take_corrupt_news`; ``False``
     where this process relays nothing (its own sources say them)."""
     if _NEWS is None:
@@ -918,7 +918,7 @@ class FileSource(Closing):
                     continue
                 picked[k], index[k] = got, r
                 self.replaced_samples += 1
-                _relay(self._token, replaced=1)
+                relay_news(self._token, replaced=1)
             todo = left
             if not todo:
                 return
@@ -954,7 +954,7 @@ class FileSource(Closing):
         if name in self.corrupt_files:
             return
         self.corrupt_files[name] = why
-        if not _relay(self._token, (name, why)):  # (a worker's: said by its main process)
+        if not relay_news(self._token, (name, why)):  # (a worker's: said by its main process)
             done = f"{'leaving out' if left_out else 'replacing'} the{' broken' * some} samples"
             log.warning("headrace: %s of a corrupt file: %s", done, why)
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))

@@ -32,8 +32,7 @@ from torch.utils.data import get_worker_info
 from headrace._ring_worker import no_shm
 from headrace._warn import warn_user
 from headrace.errors import DataError
-from headrace.formats._file_source import _relay as relay_file
-from headrace.formats._file_source import merge_corrupt_news, say_corrupt_news
+from headrace.formats._file_source import merge_corrupt_news, relay_news, say_corrupt_news
 
 __all__ = ["Carrying", "Mailbox", "Relayed"]
 
@@ -318,9 +317,9 @@ def relay_again(news: CorruptNews) -> None:
     (:func:`~headrace.formats._file_source.take_corrupt_news`)."""
     for token, (found, replaced) in news.items():
         for one in found:
-            relay_file(token, one)
+            relay_news(token, one)
         if replaced:
-            relay_file(token, None, replaced)
+            relay_news(token, None, replaced)
 
 
 class Parcel:
