@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,29 @@ def result_row(workload: str = "u", steps: int = 1000, **more: Any) -> dict[str,
         "steps_per_trial": steps,
         **more,
     }
+
+
+class Wrapped:
+    """A variant's trial stream wrapped by a test: each batch passes :meth:`taking` (fault
+    injection) and is counted in ``taken``; the rest is the real stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.taken = stream, 0
+
+    def taking(self) -> None:
+        """Called as each batch is taken, ``taken`` counting those before it."""
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.stream:
+            self.taking()
+            self.taken += 1
+            yield batch
+
+    def bytes_read(self) -> int:
+        return int(self.stream.bytes_read())
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self.stream.stats())
+
+    def close(self) -> None:
+        self.stream.close()

@@ -14,15 +14,14 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import jsonschema
-from _bench_run import bench_file, schema
+from _bench_run import Wrapped, bench_file, schema
 
 from headrace.bench import _fresh
-from headrace.bench._kind import Batch, make_kind
+from headrace.bench._kind import make_kind
 from headrace.bench._report import fresh_pass_rate
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads
@@ -82,22 +81,17 @@ def test_the_fresh_pass_figure_leaves_the_warm_up_steps_out(tmp_path: Path) -> N
         assert r["table"]["batches_per_s_spread"]["min"] == counted / max(r["fresh_passes_s"])
 
 
-class _SlowStart:
+class _SlowStart(Wrapped):
     """The real stream, its first ``slow`` batches each held ``hold_s`` (a cold start:
     fault injection), each batch counted."""
 
     def __init__(self, stream: Any, slow: int, hold_s: float) -> None:
-        self.stream, self.slow, self.hold_s, self.taken = stream, slow, hold_s, 0
+        super().__init__(stream)
+        self.slow, self.hold_s = slow, hold_s
 
-    def __iter__(self) -> Iterator[Batch]:
-        for batch in self.stream:
-            if self.taken < self.slow:
-                time.sleep(self.hold_s)
-            self.taken += 1
-            yield batch
-
-    def close(self) -> None:
-        self.stream.close()
+    def taking(self) -> None:
+        if self.taken < self.slow:
+            time.sleep(self.hold_s)
 
 
 def test_a_slow_start_is_timed_as_the_warm_up_not_as_the_counted_steps(tmp_path: Path) -> None:
@@ -127,7 +121,7 @@ def test_a_slow_start_is_timed_as_the_warm_up_not_as_the_counted_steps(tmp_path:
     assert fresh_pass_rate(r) == 4 / counted_s
 
 
-class _Refills:
+class _Refills(Wrapped):
     """The real stream; after each batch taken, a read-ahead's refill: a thread that spends
     ``burn_s`` of CPU (fault injection). ``crossed`` counts the batches taken past the
     warm-up while another stream's refill was still running."""
@@ -135,8 +129,8 @@ class _Refills:
     streams: ClassVar[list[_Refills]] = []
 
     def __init__(self, stream: Any, warmup: int, burn_s: float) -> None:
-        self.stream, self.warmup, self.burn_s = stream, warmup, burn_s
-        self.taken, self.crossed = 0, 0
+        super().__init__(stream)
+        self.warmup, self.burn_s, self.crossed = warmup, burn_s, 0
         self.refill: threading.Thread | None = None
         _Refills.streams.append(self)
 
@@ -145,27 +139,15 @@ class _Refills:
         while time.thread_time() < end:
             pass
 
-    def __iter__(self) -> Iterator[Batch]:
-        for batch in self.stream:
-            others = [s for s in _Refills.streams if s is not self]
-            if self.taken >= self.warmup and any(
-                s.refill is not None and s.refill.is_alive() for s in others
-            ):
-                self.crossed += 1
-            self.taken += 1
-            if self.refill is None or not self.refill.is_alive():
-                self.refill = threading.Thread(target=self._burn, daemon=True)
-                self.refill.start()
-            yield batch
-
-    def bytes_read(self) -> int:
-        return int(self.stream.bytes_read())
-
-    def stats(self) -> dict[str, Any]:
-        return dict(self.stream.stats())
-
-    def close(self) -> None:
-        self.stream.close()
+    def taking(self) -> None:
+        others = [s for s in _Refills.streams if s is not self]
+        if self.taken >= self.warmup and any(
+            s.refill is not None and s.refill.is_alive() for s in others
+        ):
+            self.crossed += 1
+        if self.refill is None or not self.refill.is_alive():
+            self.refill = threading.Thread(target=self._burn, daemon=True)
+            self.refill.start()
 
 
 def test_a_trial_begins_once_the_other_variants_read_ahead_rests(tmp_path: Path) -> None:

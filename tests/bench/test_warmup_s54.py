@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _bench_run import Wrapped
 
 from headrace.bench import _au
 from headrace.bench._dlio import dlio_workload
-from headrace.bench._kind import Batch, make_kind
+from headrace.bench._kind import make_kind
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.cli import main
 
@@ -41,38 +41,17 @@ def _yaml(tmp_path: Path, compute: float = 0.0) -> str:
     return str(path)
 
 
-class _Counted:
-    """The real stream, counting the batches taken from it."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream, self.taken = stream, 0
-
-    def __iter__(self) -> Iterator[Batch]:
-        for batch in self.stream:
-            self.taken += 1
-            yield batch
-
-    def bytes_read(self) -> int:
-        return int(self.stream.bytes_read())
-
-    def stats(self) -> dict[str, Any]:
-        return dict(self.stream.stats())
-
-    def close(self) -> None:
-        self.stream.close()
-
-
 def test_each_variant_takes_an_epoch_before_its_first_timed_trial(tmp_path: Path) -> None:
     wl = dlio_workload(_yaml(tmp_path)).replace(variants=("headrace", "map-style"))
     t = wl.train
     assert (t.steps, t.trials, t.warmup_steps) == (4, 3, 4)  # the warm-up: an epoch
     kind = make_kind(wl, str(tmp_path / "d"))
     kind.generate()
-    opened: list[_Counted] = []
+    opened: list[Wrapped] = []
     real = kind.open
 
     def open_counted(spec: str, steps: int) -> Any:
-        opened.append(_Counted(real(spec, steps)))
+        opened.append(Wrapped(real(spec, steps)))
         return opened[-1]
 
     kind.open = open_counted  # type: ignore[method-assign]
