@@ -14,10 +14,12 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import jsonschema
+import pytest
 from _bench_run import Wrapped, bench_file, schema
 
 from headrace.bench import _fresh
@@ -25,6 +27,7 @@ from headrace.bench._kind import make_kind
 from headrace.bench._report import fresh_pass_rate
 from headrace.bench._runner import RunOptions, run_workload
 from headrace.bench._workload import builtin_workloads
+from headrace.errors import HeadraceError
 
 _TOML = """\
 name = "w"
@@ -178,3 +181,32 @@ def test_a_trial_begins_once_the_other_variants_read_ahead_rests(tmp_path: Path)
     assert [len(r["batches_per_s_trials"]) for r in results] == [2, 2]
     assert [s.taken for s in trial_streams] == [timed, timed]
     assert [s.crossed for s in trial_streams] == [0, 0]
+
+
+class _EndsEarly(Wrapped):
+    """The real stream, cut after ``n`` batches (fault injection: a variant that stops
+    short of the steps asked)."""
+
+    def __init__(self, stream: Any, n: int) -> None:
+        super().__init__(stream)
+        self.n = n
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in super().__iter__():
+            if self.taken > self.n:
+                return
+            yield batch
+
+
+def test_a_fresh_pass_that_ends_within_its_warm_up_is_a_failed_variant(tmp_path: Path) -> None:
+    wl = builtin_workloads()["npz"].replace(
+        dataset={"files": 4, "record_bytes": 1_000},
+        train={"steps": 1, "trials": 1, "warmup_steps": 2, "batch_size": 1},
+        variants=("headrace",),
+    )
+    kind = make_kind(wl, str(tmp_path))
+    kind.generate()
+    real = kind.open
+    kind.open = lambda spec, steps: _EndsEarly(real(spec, steps), 1)  # type: ignore[method-assign]
+    with pytest.raises(HeadraceError, match=r"ended after 1 batches, within its 2 warm-up steps"):
+        _fresh.fresh_pass_s(kind, "headrace", 4, warmup=2)
