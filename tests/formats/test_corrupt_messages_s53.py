@@ -58,6 +58,6 @@ def test_too_many_corrupt_files_of_a_list_of_paths_names_the_list(tmp_path: Path
         p.write_bytes(p.read_bytes()[:700])
     with pytest.raises(DataError) as caught:
         FileSource([str(p) for p in paths], format="tar", on_corrupt="replace", max_corrupt=0.2)
-    assert str(caught.value).startswith("a list of 4 paths: 2 of 4 files are corrupt"), str(
-        caught.value
-    )
+    assert str(caught.value).startswith(
+        "a list of 4 paths: 2 of the 8 samples of 4 tar shards are broken"  # (s56: samples)
+    ), str(caught.value)

@@ -26,7 +26,9 @@ def test_shards_of_a_few_broken_samples_past_max_corrupt_say_what_to_do(tmp_path
     for k in range(3):
         _shard(tmp_path / f"s{k}.tar", captioned=k)
     kw = {"format": "tar", "datasets": ("cls", "txt"), "on_corrupt": "replace"}
-    with pytest.raises(DataError, match=r"2 of 3 files are corrupt.*max_corrupt= the share"):
+    with pytest.raises(
+        DataError, match=r"2 of the 12 samples of 3 tar shards.*max_corrupt= the share"
+    ):
         FileSource(str(tmp_path), **kw)  # type: ignore[arg-type]
     src = FileSource(str(tmp_path), max_corrupt=1.0, **kw)  # type: ignore[arg-type]
     try:

@@ -103,7 +103,9 @@ class FileSourceConfig:
     ``"replace"``: its ``a``-th replacement is sample ``hash(seed, sample, a)``
     of the dataset, up to ``max_retries`` tries, the same whatever the mode,
     the read order, the host count or the worker; more than ``max_corrupt``
-    (a fraction of the files, at least one file) corrupt files raise. A file of
+    (a fraction of the files, at least one file) corrupt files raise; of tar shards,
+    more than that fraction of their samples broken (a shard lost whole counts its
+    samples), not of the shards, which one broken sample counted whole. A file of
     other keys than the rest (NPZ members, tar fields, TFRecord features, without
     ``datasets=``) is corrupt there: every file is held to the first in listing
     order that decodes (under ``"raise"``, to the first decoded).

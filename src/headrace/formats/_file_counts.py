@@ -253,7 +253,8 @@ def header_counts(
             name = files.name(i)
             broken = broken_fields(head, datasets, name) if datasets else broken_alike(head, name)
         if isinstance(head, TarIndex) and head.cut:  # (walked so under replace alone)
-            broken = BrokenSample(head.cut + (f"; and {broken}" if broken else ""))
+            keys = () if broken is None else broken.keys
+            broken = BrokenSample(head.cut + (f"; and {broken}" if broken else ""), keys, cut=True)
         with lock:
             stats.reads += reads
             stats.bytes += nbytes

@@ -76,6 +76,7 @@ class IterableFiles(Closing):
         of: list[int] = []  # each sample's file, for stats.amplification
         try:
             for f in shard:
+                broken: list[BrokenSample] = []
                 try:
                     try:
                         arrays = self.source.decoder.decode(f, self.window.take(f))
@@ -91,7 +92,7 @@ class IterableFiles(Closing):
                             # One sample of a tar shard (on_corrupt="replace"): left out
                             # alone, its shard's others read, as headrace replaces it
                             # alone (the shard's every sample was left out).
-                            self.source._note_corrupt(f, exc, left_out=True)
+                            broken.append(exc)
                             continue
                         items.append(i)
                 except DataError as exc:
@@ -103,6 +104,10 @@ class IterableFiles(Closing):
                     # against max_corrupt (it raised under either on_corrupt before).
                     self.source._note_corrupt(f, exc, left_out=True)
                     continue
+                # Noted here, not in the try above: past max_corrupt, the error was taken
+                # for the shard's own, the shard left out, and the run went on.
+                for err in broken:
+                    self.source._note_corrupt(f, err, left_out=True)
                 start = plan.start(f)
                 for i, sample in zip(items, picked, strict=True):
                     samples.append(sample)

@@ -15,6 +15,7 @@ in the same order, so its batches are byte-identical to the default mode's.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import logging
@@ -30,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from headrace._closing import Closing
-from headrace._messages import byte_size, unknown_keys
+from headrace._messages import byte_size, some_of, unknown_keys
 from headrace._warn import warn_user
 from headrace.errors import ConfigError, DataError
 from headrace.formats._file_config import RECORD_FORMATS, FileSourceConfig
@@ -74,9 +75,13 @@ Located = tuple[NDArray[np.int64], NDArray[np.int64]]
 #: The sources of this process by token (their copies in workers carry it), for the
 #: corrupt files that workers relay (:func:`merge_corrupt_news`).
 _BY_TOKEN: weakref.WeakValueDictionary[str, FileSource] = weakref.WeakValueDictionary()
-#: In a worker whose main process takes them (:func:`relay_corrupt`): per source token,
-#: the corrupt files found since last taken, and the samples replaced.
-_NEWS: dict[str, tuple[list[tuple[str, str]], int]] | None = None
+#: A corrupt file a worker found: its name, why, and (a tar shard's broken samples, which
+#: ``max_corrupt`` counts) the keys of those new since (none: every sample of it lost).
+Found = tuple[str, ...]
+#: Per source token, the corrupt files found since last taken, and the samples replaced.
+CorruptNews = dict[str, tuple[list[Found], int]]
+#: In a worker whose main process takes them (:func:`relay_corrupt`): its news.
+_NEWS: CorruptNews | None = None
 #: Held to note news and to take them: the loader's read-ahead thread notes them while the
 #: thread handing batches over takes them (a file noted between the two steps of a take
 #: went with neither, a replaced sample counted twice).
@@ -103,7 +108,7 @@ def relay_corrupt() -> None:
             _NEWS = {}
 
 
-def take_corrupt_news() -> dict[str, tuple[list[tuple[str, str]], int]]:
+def take_corrupt_news() -> CorruptNews:
     """The corrupt files and replaced samples found since the last call (empty where
     :func:`relay_corrupt` was not called)."""
     global _NEWS
@@ -114,7 +119,7 @@ def take_corrupt_news() -> dict[str, tuple[list[tuple[str, str]], int]]:
         return news
 
 
-def relay_news(token: str, found: tuple[str, str] | None = None, replaced: int = 0) -> bool:
+def relay_news(token: str, found: Found | None = None, replaced: int = 0) -> bool:
     """Note a corrupt file or replaced samples for :func:`take_corrupt_news`; ``False``
     where this process relays nothing (its own sources say them)."""
     if _NEWS is None:
@@ -127,25 +132,26 @@ def relay_news(token: str, found: tuple[str, str] | None = None, replaced: int =
         return True
 
 
-def say_corrupt_news(news: dict[str, tuple[list[tuple[str, str]], int]]) -> None:
+def say_corrupt_news(news: CorruptNews) -> None:
     """In the worker that found them: :func:`take_corrupt_news` that no batch is left to
     carry to the main process (an iteration broken off or failed), logged here, as
     without a main process to take them."""
     for found, _ in news.values():
-        for _, why in found:
+        for _, why, *_keys in found:
             log.warning("headrace: replacing the samples of a corrupt file: %s", why)
 
 
-def merge_corrupt_news(news: dict[str, tuple[list[tuple[str, str]], int]]) -> None:
+def merge_corrupt_news(news: CorruptNews) -> None:
     """In the main process: a worker's :func:`take_corrupt_news`, into the sources it
-    came from (logged, and counted against ``max_corrupt``, as without workers)."""
+    came from (logged, and counted against ``max_corrupt``, as without workers: a tar
+    shard's broken samples by their keys, so one that two workers met counts once)."""
     for token, (found, replaced) in news.items():
         src = _BY_TOKEN.get(token)
         if src is None:
             continue  # the source is gone here (closed and freed)
         src.replaced_samples += replaced
-        for name, why in found:
-            src._note_corrupt_named(name, why)
+        for name, why, *keys in found:
+            src._note_corrupt_named(name, why, keys=keys, whole=src._whole_of(name, keys))
 
 
 def held_words() -> str:
@@ -288,9 +294,30 @@ class FileSource(Closing):
                 self._indexes,
                 corrupt=bad_heads,
             )
+        if counts is None and self.format.name == "tar":
+            # A shard's samples are rows whatever samples_per_file=N says: counted, so
+            # one of 1 is row 0 too (and a shard not holding N is refused by name).
+            counts = np.full(len(self.files), spf, dtype=np.int64)
         self.corrupt_files: dict[str, str] = {}  # name -> why, as this process found them
+        #: A tar dataset's broken samples, as this process found them: {shard: keys}.
+        self.broken_samples: dict[str, list[str]] = {}
         # The files whose every sample this process found unreadable (see _replace).
         self._unreadable: set[str] = set()
+        # A tar dataset's max_corrupt counts samples (see _count_lost).
+        self._shard_counts = counts if self.format.name == "tar" else None
+        # A shard's samples on average (those counted 0 left out): what one whose count is
+        # unknown counts as (left out at open; the rest of one cut short); and the
+        # shards' samples, a mean shard's for each counted 0.
+        self._shard_mean = self._shard_total = 0
+        if counts is not None and self._shard_counts is not None:
+            held = int(np.count_nonzero(counts))
+            self._shard_mean = max(1, round(int(counts.sum()) / max(1, held)))
+            self._shard_total = int(counts.sum()) + self._shard_mean * (len(counts) - held)
+        self._lost_by: dict[str, int] = {}  # samples lost, by shard
+        self._lost = 0
+        self._whole: dict[str, int] = {}  # shards whose every sample is lost: how many
+        self._cut: dict[str, int] = {}  # shards cut short: the samples lost after the cut
+        self._file_of: dict[str, int] | None = None  # each file's number, by name
         try:
             for f, err in sorted((bad_heads or {}).items()):
                 # Counted 0: none of it planned (a tar shard of broken samples: counted
@@ -299,10 +326,6 @@ class FileSource(Closing):
         except DataError:
             self.files.close()
             raise
-        if counts is None and self.format.name == "tar":
-            # A shard's samples are rows whatever samples_per_file=N says: counted, so
-            # one of 1 is row 0 too (and a shard not holding N is refused by name).
-            counts = np.full(len(self.files), spf, dtype=np.int64)
         self.counted = counts is not None
         if counts is not None and len(counts) and not np.any(counts):
             self.files.close()
@@ -939,24 +962,70 @@ class FileSource(Closing):
         sample must not be: a process that had met it then rejected its readable
         samples as replacements, where one that had not took them)."""
         broken = isinstance(err, BrokenSample)
+        name = self.files.name(f)
         if not broken:
-            self._unreadable.add(self.files.name(f))
-        self._note_corrupt_named(self.files.name(f), str(err), left_out, some=broken)
+            self._unreadable.add(name)
+        keys = err.keys if isinstance(err, BrokenSample) else ()
+        cut = 0
+        if isinstance(err, BrokenSample) and err.cut and self._shard_counts is not None:
+            cut = max(1, self._shard_mean - int(self._shard_counts[f]))
+        whole = 0 if broken else self._whole_of(name, (), f)
+        self._note_corrupt_named(name, str(err), left_out, keys=keys, whole=whole, cut=cut)
+
+    def _whole_of(self, name: str, keys: Sequence[str], f: int | None = None) -> int:
+        """The samples lost where tar shard ``name`` (file ``f``) is lost whole (news of no
+        broken sample ``keys``): its count, a mean shard's where counted 0; 0 where not tar
+        or ``keys`` are given."""
+        counts = self._shard_counts
+        if counts is None or keys:
+            return 0
+        if f is None:
+            if self._file_of is None:
+                self._file_of = {self.files.name(i): i for i in range(len(self.files))}
+            f = self._file_of.get(name)
+        n = 0 if f is None else int(counts[f])
+        return n or self._shard_mean
 
     def _note_corrupt_named(
-        self, name: str, why: str, left_out: bool = False, some: bool = False
+        self,
+        name: str,
+        why: str,
+        left_out: bool = False,
+        keys: Sequence[str] = (),
+        whole: int = 0,
+        cut: int = 0,
     ) -> None:
         """Note a corrupt file (once), said in the log, counted against ``max_corrupt``.
         ``left_out``: its samples are left out of the run (a header that did not parse,
         counted 0; a shard an iterable pass skips), not replaced: until 2026-12-07 the
-        log said "replacing" of those too. ``some``: only its samples that do not read
-        are replaced (a tar shard's: :class:`BrokenSample`)."""
-        if name in self.corrupt_files:
+        log said "replacing" of those too. ``keys``: a tar shard's broken samples, only
+        those replaced (:class:`BrokenSample`); each is noted once, in
+        ``broken_samples``. ``whole``: the samples of a tar shard lost whole; ``cut``:
+        those lost after the cut of one cut short."""
+        tar = self._shard_counts is not None
+        had = self.broken_samples.get(name, [])
+        new = [k for k in dict.fromkeys(keys) if k not in had] if tar else []
+        first = name not in self.corrupt_files
+        if not first and not new and (not tar or whole <= self._whole.get(name, 0)):
             return
-        self.corrupt_files[name] = why
-        if not relay_news(self._token, (name, why)):  # (a worker's: said by its main process)
+        if first:
+            self.corrupt_files[name] = why
+        if new:
+            held = self.broken_samples.setdefault(name, [])
+            for k in new:
+                bisect.insort(held, k)
+        if whole:
+            self._whole[name] = max(whole, self._whole.get(name, 0))
+        if cut:
+            self._cut[name] = cut
+        # (A worker's: said by its main process, the new samples' keys with it.)
+        if not relay_news(self._token, (name, why, *new)) and first:
+            some = bool(keys)
             done = f"{'leaving out' if left_out else 'replacing'} the{' broken' * some} samples"
             log.warning("headrace: %s of a corrupt file: %s", done, why)
+        if tar:
+            self._count_lost(name)
+            return
         allowed = max(1, int(self.config.max_corrupt * len(self.files)))
         if len(self.corrupt_files) > allowed:
             listed = "; ".join(list(self.corrupt_files.values())[:5])
@@ -966,18 +1035,50 @@ class FileSource(Closing):
             raise DataError(
                 f"{where}: {len(self.corrupt_files)} of {len(self.files)} files are "
                 f"corrupt, more than max_corrupt={self.config.max_corrupt:g} allows "
-                f"({allowed}): {listed}"
-                + (f"; and {more} more" if more > 0 else "")
-                + (
-                    # A shard of a few broken samples counts as a file: a crawl's 1% of
-                    # samples without a caption made every shard "corrupt".
-                    "; a tar shard counts whole where one sample is broken: pass "
-                    "max_corrupt= the share of shards you accept (1.0: any), or leave a "
-                    "field some samples lack out of datasets="
-                    if self.format.name == "tar"
-                    else ""
-                )
+                f"({allowed}): {listed}" + (f"; and {more} more" if more > 0 else "")
             )
+
+    def _count_lost(self, name: str) -> None:
+        """Count tar shard ``name``'s lost samples against ``max_corrupt``: a tar dataset's
+        share is of samples, broken samples over the shards' samples (a shard lost whole
+        counts its samples). Until 2026-12-07 a shard of one broken sample counted as a
+        corrupt file: a crawl's 1% of samples without a caption, or with a JPEG cut short,
+        made nearly every shard count, and max_corrupt had to be near 1.0 (the guard off)."""
+        counts = self._shard_counts
+        assert counts is not None
+        broken = len(self.broken_samples.get(name, ())) + self._cut.get(name, 0)
+        lost = self._whole.get(name) or broken
+        self._lost += lost - self._lost_by.get(name, 0)
+        self._lost_by[name] = lost
+        total = self._shard_total
+        m = self.config.max_corrupt
+        allowed = max(1, int(m * total))
+        if self._lost <= allowed:
+            return
+        listed = []
+        for shard in list(self.corrupt_files)[:5]:
+            keys = self.broken_samples.get(shard, [])
+            if shard in self._whole:
+                listed.append(f"{self.corrupt_files[shard]} (all {self._whole[shard]} samples)")
+                continue
+            said = [f"sample{'s' * (len(keys) > 1)} {some_of([repr(k) for k in keys])}"] * bool(
+                keys
+            )
+            if shard in self._cut:
+                said.append(f"about {self._cut[shard]} after it is cut short")
+            listed.append(f"{shard}: {' and '.join(said)}")
+        more = len(self.corrupt_files) - 5
+        first = next(iter(self.corrupt_files.values()))
+        where = self.files.url or f"a list of {len(self.files):,} paths"
+        raise DataError(
+            f"{where}: {self._lost:,} of the {total:,} samples of {len(counts):,} tar shards "
+            f"are broken, more than max_corrupt={m:g} allows ({allowed:,}): "
+            + "; ".join(listed)
+            + (f"; and {more} more shards" if more > 0 else "")
+            + f" (the first: {first}); pass max_corrupt= the share of samples you accept "
+            "(1.0: any), write the shards again without them, or leave a field some samples "
+            "lack out of datasets="
+        )
 
     # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None:

@@ -392,12 +392,23 @@ class BrokenSample(DataError):
     it does not decode) where the shard's other samples do: under
     ``on_corrupt="replace"`` that sample alone is replaced. Until 2026-12-07 a shard
     where one sample lacked a field was left out of the run whole (counted 0 at open),
-    and one whose member did not decode had every sample replaced."""
+    and one whose member did not decode had every sample replaced.
+
+    ``keys``: the samples it says are broken (``max_corrupt`` counts them, one a key, in
+    every process that meets them); ``cut``: the shard was cut short too, its samples
+    after the cut lost, how many unknown."""
+
+    def __init__(self, message: str, keys: Sequence[str] = (), cut: bool = False) -> None:
+        super().__init__(message)
+        self.keys = tuple(keys)
+        self.cut = cut
 
 
-def _lacking(index: TarIndex, fields: Sequence[str]) -> tuple[str, NDArray[np.intp], int]:
-    """The first field asked that some samples lack, those samples, and how many lack a
-    field asked (``("", [], 0)`` where every sample holds them all)."""
+def _lacking(
+    index: TarIndex, fields: Sequence[str]
+) -> tuple[str, NDArray[np.intp], NDArray[np.intp]]:
+    """The first field asked that some samples lack, those samples, and the samples
+    lacking a field asked (``("", [], [])`` where every sample holds them all)."""
     n = len(index)
     first = index.first.astype(np.int64)
     owner = np.repeat(np.arange(n), first[1:] - first[:-1])  # each member's sample
@@ -413,8 +424,8 @@ def _lacking(index: TarIndex, fields: Sequence[str]) -> tuple[str, NDArray[np.in
             found = field, lacking
         broken |= ~held
     if found is None:
-        return "", np.empty(0, np.intp), 0
-    return found[0], found[1], int(np.count_nonzero(broken))
+        return "", np.empty(0, np.intp), np.empty(0, np.intp)
+    return found[0], found[1], np.flatnonzero(broken)
 
 
 def _lacking_said(index: TarIndex, field: str, lacking: NDArray[np.intp], name: str) -> str:
@@ -456,20 +467,23 @@ def _twice_said(index: TarIndex, r: int, name: str) -> str:
     return ""
 
 
-def _with_twice(index: TarIndex, name: str, said: str) -> BrokenSample | None:
-    """The news of :func:`broken_fields` or :func:`broken_alike` (``said``) with that
-    of the samples holding a field twice, which are replaced too."""
+def _with_twice(
+    index: TarIndex, name: str, said: str, keys: Sequence[str] = ()
+) -> BrokenSample | None:
+    """The news of :func:`broken_fields` or :func:`broken_alike` (``said``, of the samples
+    ``keys``) with that of the samples holding a field twice, which are replaced too."""
     twice = _twice(index)
+    keys = [*keys, *(index.key(int(r)) for r in twice)]
     if not len(twice):
-        return BrokenSample(said) if said else None
+        return BrokenSample(said, keys) if said else None
     r = int(twice[0])
     news = (
         f"{_twice_said(index, r, name)} ({len(twice)} of the shard's {len(index)} samples "
         "hold a field twice): each such sample is replaced by another when read"
     )
     if not said:
-        return BrokenSample(f"{news}, the shard's other {len(index) - len(twice)} are read")
-    return BrokenSample(f"{said}; and {news}")
+        return BrokenSample(f"{news}, the shard's other {len(index) - len(twice)} are read", keys)
+    return BrokenSample(f"{said}; and {news}", keys)
 
 
 def usual_fields(index: TarIndex) -> tuple[list[str], NDArray[np.intp], int, int]:
@@ -533,7 +547,7 @@ def check_alike(index: TarIndex, name: str) -> None:
     said = _unlike_said(index, name)
     if not said:
         return
-    common = [f for f in sorted(index.names) if _lacking(index, [f])[2] == 0]
+    common = [f for f in sorted(index.names) if not len(_lacking(index, [f])[2])]
     named = f"datasets={tuple(common)!r}" if common else "datasets=(...)"
     raise DataError(
         f"{said}; read the fields every sample holds ({named}), write the shards again "
@@ -546,13 +560,13 @@ def broken_alike(index: TarIndex, name: str) -> BrokenSample | None:
     """What :func:`check_alike` refuses, as news under ``on_corrupt="replace"`` (see
     :func:`broken_fields`; ``None`` where every sample holds the same fields)."""
     said = _unlike_said(index, name)
-    odd = len(usual_fields(index)[1]) if said else 0
+    odd = usual_fields(index)[1] if said else np.empty(0, np.intp)
     if said:
         said += (
-            f": each sample of other fields ({odd}) is replaced by another when read, "
-            f"the shard's other {len(index) - odd} are read"
+            f": each sample of other fields ({len(odd)}) is replaced by another when read, "
+            f"the shard's other {len(index) - len(odd)} are read"
         )
-    return _with_twice(index, name, said)
+    return _with_twice(index, name, said, [index.key(int(r)) for r in odd])
 
 
 def check_fields(index: TarIndex, fields: Sequence[str], name: str) -> None:
@@ -585,13 +599,13 @@ def broken_fields(index: TarIndex, fields: Sequence[str], name: str) -> BrokenSa
         return None
     field, lacking, broken = _lacking(index, fields)
     said = ""
-    if broken:
+    if len(broken):
         said = (
             f"{_lacking_said(index, field, lacking, name)}: each sample lacking a field "
-            f"asked ({broken}) is replaced by another when read, the shard's other "
-            f"{len(index) - broken} are read"
+            f"asked ({len(broken)}) is replaced by another when read, the shard's other "
+            f"{len(index) - len(broken)} are read"
         )
-    return _with_twice(index, name, said)
+    return _with_twice(index, name, said, [index.key(int(r)) for r in broken])
 
 
 def raise_broken(sample: Mapping[str, NDArray[Any]]) -> None:
@@ -602,7 +616,8 @@ def raise_broken(sample: Mapping[str, NDArray[Any]]) -> None:
     replaced a broken sample stayed in memory, its decoder, plan and files with it."""
     for a in sample.values():
         if a.ndim == 0 and a.dtype.hasobject and isinstance(a.item(), BrokenSample):
-            raise BrokenSample(*a.item().args)
+            held = a.item()
+            raise BrokenSample(str(held), held.keys)
 
 
 def _decode_field(
@@ -740,7 +755,7 @@ def decode_tar(
         except DataError as exc:
             if not broken or isinstance(exc, UnsupportedFormError):
                 raise  # (a form not read is no damage: see UnsupportedFormError)
-            err = BrokenSample(str(exc))
+            err = BrokenSample(str(exc), (index.key(r),))
             for field in want:
                 out[field][i] = err
     return out

@@ -210,7 +210,7 @@ def _shared(size: int, fd: Any, start: int, seen: int, owner: int) -> Mailbox:
     return box
 
 
-CorruptNews = dict[str, tuple[list[tuple[str, str]], int]]
+CorruptNews = dict[str, tuple[list[tuple[str, ...]], int]]  # (name, why, *broken keys)
 
 
 class Relayed(dict[str, Any]):
@@ -240,7 +240,7 @@ class Relayed(dict[str, Any]):
         return (_arrived, (dict(self), self.news.take()))
 
 
-class Tidings(dict[str, tuple[list[tuple[str, str]], int]]):
+class Tidings(dict[str, tuple[list[tuple[str, ...]], int]]):
     """The corrupt news a :class:`Relayed` batch carries (shared with its copies), until
     sent: taken once, by the batch's pickling or by :class:`Carrying`. Freed untaken, the
     batch went no further than the worker: code between the dataset and the DataLoader
