@@ -319,13 +319,18 @@ def fetched_spans(
     fetched: Fetch | None,
 ) -> list[tuple[int, NDArray[np.uint8]]]:
     """The bytes of ``group`` holding ``want``: ``fetched``'s, when it has those columns,
-    else fetched now; a failed read-ahead is fetched once more, now."""
+    else fetched now. A read-ahead that had failed before this read came to it (long
+    ago, or under a store closed since) is fetched once more, now; one still in flight
+    when it came, waited on, had its tries for this read: its error is this read's
+    (fetched again, a store that stopped answering took twice the retry policy's time
+    to be said, every try logged twice)."""
     if fetched is None or not want <= fetched.names:
         fetched = fetch(group, want)
+    ended = fetched.ahead and all(f.done() for f in fetched.futures)
     try:
         return fetched.result()
     except Exception:
-        if not fetched.ahead:
+        if not ended:
             raise
         return fetch(group, want).result()
 

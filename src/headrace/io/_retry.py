@@ -465,6 +465,8 @@ def classify(exc: BaseException, where: str) -> tuple[StorageError | ConfigError
             f"{where}: {at} does not answer in TLS (a plain HTTP server?): give the "
             f"endpoint as {plain}, which allows plain HTTP ({brief})"
         ), False
+    if _REDIRECTED in low:
+        return StorageError(_other_region(where, brief)), False
     if any(word in low for word in _EOF_WORDS):
         eof = ReadEOFError(f"{where}: range starts past the end of the object ({brief})")
         return eof, False
@@ -545,6 +547,27 @@ def _unranged(where: str, text: str, brief: str) -> StorageError | None:
     return None
 
 
+# obstore's words for a 3xx without a Location header: what S3 answers (301
+# PermanentRedirect, its body and x-amz-bucket-region header dropped by obstore) a request
+# signed for another region than the bucket's.
+_REDIRECTED = "received redirect without location"
+
+
+def _other_region(where: str, brief: str) -> str:
+    """A redirect that names no place, said as what it is on S3: the bucket's region is
+    not the store's (``region``, else ``AWS_REGION``, else obstore's us-east-1). Every
+    try is answered the same way: not retried."""
+    if not where.startswith("s3://"):
+        return f"{where}: the server answered with a redirect that names no Location ({brief})"
+    bucket = where[len("s3://") :].partition("/")[0].partition(",")[0]
+    return (
+        f"{where}: the bucket is in another region than the store's (S3 answered 301 "
+        "PermanentRedirect, as it does a request signed for another region): pass "
+        "store_options={'region': 'BUCKET_REGION'} (or set AWS_REGION) with the bucket's "
+        f"region, which `aws s3api get-bucket-location --bucket {bucket}` prints ({brief})"
+    )
+
+
 def _denied(where: str, said: str, brief: str) -> PermissionDeniedError:
     """Access denied to ``where``; for an http(s):// server, how it is sent a token (a
     private Hugging Face repository's); for S3, what to check."""
@@ -576,6 +599,18 @@ def _denied(where: str, said: str, brief: str) -> PermissionDeniedError:
             "; the secret_access_key does not belong to access_key_id (check both, in "
             "store_options or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or a proxy changed "
             "the request on its way"
+        )
+    elif where.startswith("s3://") and said.startswith(
+        (": ExpiredToken", ": TokenRefreshRequired")
+    ):
+        # Mid-run, hours in: obstore renews only the credentials it fetches itself; keys
+        # given with a token (`aws configure export-credentials`, SSO) are used as given.
+        after = (
+            "; the session's temporary credentials ran out: keys given with a token (store_"
+            "options config token, or AWS_SESSION_TOKEN, as `aws configure export-credentials` "
+            "writes them) are never renewed; give fresh ones and resume from the Loader's last "
+            "state_dict(), or, for runs that outlast them, leave the keys to a source obstore "
+            "renews (AWS_ROLE_ARN with AWS_WEB_IDENTITY_TOKEN_FILE, or an instance or task role)"
         )
     elif where.startswith("s3://") and (
         said in ("", ": AccessDenied") or said.startswith(": AccessDenied:")
