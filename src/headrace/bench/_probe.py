@@ -28,11 +28,13 @@ MB in the output is 10^6 bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import functools
 import hashlib
 import mmap
 import os
+import stat
 import sys
 import threading
 import time
@@ -50,9 +52,9 @@ from headrace.bench._probe_table import BLOCK, table
 from headrace.emulate._mounts import gone_mount
 from headrace.errors import ConfigError, HeadraceError
 from headrace.io import RangeReader, ReaderConfig
-from headrace.io._file import file_url_path, url_typo
+from headrace.io._file import file_url_path, gone_hint, url_typo
 from headrace.io._in_flight import Waiting, begin, end, reads_in_flight
-from headrace.io._mounts import MEMORY_FS, mount_of, network_type
+from headrace.io._mounts import MEMORY_FS, Mount, mount_of, network_mount_of, network_type
 from headrace.io._resident import drop_pages, resident_ranges
 from headrace.io._uring import ring_pool
 
@@ -718,19 +720,33 @@ def _store_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_object(args: argparse.Namespace) -> int:
-    from headrace.bench._probe_objects import probe_object
+    from headrace.bench._probe_objects import Progress, probe_object
     from headrace.bench._probe_objects import table as object_table
 
+    progress = Progress(args.path, _store_options(args), rounds=2)
+    work = functools.partial(
+        probe_object,
+        args.path,
+        row_bytes=args.row_bytes,
+        ops=args.ops,
+        seed=args.seed,
+        store_options=progress.store_options,
+        progress=progress,
+    )
     try:
-        report = probe_object(
-            args.path,
-            row_bytes=args.row_bytes,
-            ops=args.ops,
-            seed=args.seed,
-            store_options=_store_options(args),
-        )
-    except ProbeInterrupted as part:
+        # Off the main thread, as a file's reads: Ctrl-C is taken here at once, where a
+        # request to an endpoint that never answers held it ~33 s (its 30 s timeout,
+        # then 5 s at exit for the request still in flight).
+        report = _Worker(work, args.path).wait()
+    except ProbeInterrupted as part:  # the interrupt came in the probe's own thread
         _interrupted(args.json, part, object_table)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        progress.stop()  # its requests in flight cancelled, none retried
+        try:
+            progress.report(exc)
+        except ProbeInterrupted as part:
+            _interrupted(args.json, part, object_table)
+        raise  # (report() raises when given an interrupt)
     return _output(args.json, report, object_table(report))
 
 
@@ -790,6 +806,8 @@ def _cannot_look(target: Path) -> str | None:
             target.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None  # said below, with what to give instead
+    except PermissionError:
+        return _denied(target, "looking it up", "probe a path this user may reach")
     except OSError as exc:
         why = f"{target}: cannot look at it ({exc.strerror or exc})"
         gone = gone_mount(target)
@@ -801,6 +819,68 @@ def _cannot_look(target: Path) -> str | None:
             "mount it again"
         )
     return None
+
+
+def _denied(path: Path, doing: str, fix: str) -> str:
+    """Why ``path`` is refused this process (permission denied ``doing``), and ``fix``:
+    the folder on the way that may not be entered where one may not, else ``path``'s
+    own mode and owner, and who this process is. "permission denied" alone named no
+    mode, no owner and nothing to do; a folder that could not be listed was said to
+    hold "no file of at least 1 MiB"."""
+    me = f"this process runs as uid {os.geteuid()}, gid {os.getegid()}"
+    shut = next((p for p in reversed(path.absolute().parents) if not os.access(p, os.X_OK)), None)
+    if shut is not None:
+        return (
+            f"{path}: permission denied: the folder {shut} ({_owner(shut)}) may not be "
+            f"entered (no x permission; {me}); let this user in (e.g. chmod a+x {shut}, "
+            "or ask its owner), or probe a path it may reach"
+        )
+    return f"{path}: permission denied {doing} ({_owner(path)}; {me}); {fix}"
+
+
+def _owner(path: Path) -> str:
+    """``path``'s mode (as ``ls -l`` shows it) and owner, for a message."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"its mode unknown: {exc.strerror}"
+    return f"mode {stat.filemode(st.st_mode)}, owner uid {st.st_uid}, gid {st.st_gid}"
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path``, a file to probe, may not be read (permission denied), or None:
+    asked before the probe starts, which refused it as "permission denied" alone."""
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    except PermissionError:
+        return _denied(
+            path,
+            "reading it",
+            f"let this user read it (e.g. chmod a+r {path}, or ask its owner), or probe a "
+            "file it may read",
+        )
+    except OSError:
+        return None  # said by the probe, as before
+    return None
+
+
+def _failed_mid_probe(path: str, held: Mount | None, exc: OSError) -> str:
+    """Why the probe of ``path`` stopped at a failed read, and what to do. ``held`` is
+    the network or FUSE mount that held it as the probe began: gone from the mount table
+    now (its server stopped, or it was unmounted), the probe said so nowhere, a traceback
+    ending in "Transport endpoint is not connected", or "No such file" of the file the
+    mount point's bare folder no longer holds."""
+    now = network_mount_of(path)
+    if held is not None and (now is None or now.mount != held.mount):
+        return (
+            f"{path}: a read failed mid-probe ({exc.strerror or exc}): the mount it was on "
+            f"({held.mount}, {held.fstype}) went away while the probe read (unmounted, or "
+            "its FUSE server or network file system driver stopped); mount it again, then "
+            "probe again"
+        )
+    if isinstance(exc, HeadraceError):
+        return f"a read failed mid-probe: {exc}"  # it names the file, and the fix
+    return f"{path}: a read failed mid-probe ({exc.strerror or exc}){gone_hint(exc, path)}"
 
 
 def _say(message: str) -> None:
@@ -967,6 +1047,20 @@ def _run(args: argparse.Namespace) -> int:
                     return 2
                 read_only = exc.strerror or errno.errorcode[exc.errno]
         if scratch is None:
+            try:
+                with os.scandir(target) as names:
+                    next(names, None)
+            except PermissionError:
+                _say(
+                    _denied(
+                        target,
+                        "listing it",
+                        f"nor may a scratch file be written there ({read_only}): let this "
+                        f"user list it (e.g. chmod a+rx {target}, or ask its owner), or give "
+                        f"a file in it by name (headrace probe {target}/FILE)",
+                    )
+                )
+                return 2
             found = _existing_file(target)
             if found is None:
                 _say(
@@ -1010,7 +1104,14 @@ def _run(args: argparse.Namespace) -> int:
             "object URL (s3://bucket/key)",
         )
         return 2
+    denied = _unreadable(Path(path))
+    if denied is not None:
+        if scratch is not None:
+            scratch.unlink(missing_ok=True)
+        _say(denied)
+        return 2
     stopped: ProbeInterrupted | None = None
+    held = network_mount_of(path)
     try:
         try:
             report = probe(
@@ -1022,13 +1123,17 @@ def _run(args: argparse.Namespace) -> int:
             )
         except ProbeInterrupted as part:
             report, stopped = part.report, part
+        except OSError as exc:  # StorageError too
+            _say(_failed_mid_probe(path, held, exc))
+            return 2
         report["scratch"] = scratch is not None
         report["stats"] = stats
         if read_only is not None:
             report["read_only"] = f"{target}: {read_only}"
     finally:
         if scratch is not None:
-            scratch.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # on a mount gone meanwhile: said above
+                scratch.unlink(missing_ok=True)
     if stopped is not None:
         _interrupted(args.json, stopped, table)
     return _output(args.json, report, table(report))

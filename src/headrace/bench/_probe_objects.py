@@ -36,7 +36,7 @@ from headrace.errors import ConfigError
 from headrace.formats._object_files import split_object_url
 from headrace.io import ObjectStore
 
-__all__ = ["probe_object", "table"]
+__all__ = ["Progress", "probe_object", "table"]
 
 SIZES = (4096, 1 << 20, 8 << 20)
 DEPTHS = (1, 8, 32, 64)
@@ -50,6 +50,86 @@ class _Result(Result):
     latency_p50_ms: float
 
 
+class Progress:
+    """What an object probe has measured so far, for the thread that waits for it: on
+    Ctrl-C that thread reports it (:meth:`report`) and closes the store (:meth:`stop`),
+    while the probe's own thread may still wait on a request that never ends (an
+    endpoint that takes connections and never answers held the probe's main thread
+    until its 30 s timeout, then the exit 5 s more). Each round done is appended whole
+    (``rounds``), so a report made meanwhile never mixes a round's figures half in."""
+
+    def __init__(self, url: str, store_options: dict[str, Any], rounds: int) -> None:
+        self.url, self.store_options, self.n_rounds = url, store_options, rounds
+        self.store: ObjectStore | None = None
+        self.size = 0
+        self.meas: list[tuple[int, int]] = []  # (request bytes, in flight)
+        self.skipped: list[dict[str, Any]] = []
+        #: (measurement, GETs, seconds, their latencies, verified), one per round done
+        self.rounds: list[tuple[int, int, float, list[float], bool]] = []
+
+    def stop(self) -> None:
+        """Close the store: its requests in flight are cancelled, and none is retried."""
+        if self.store is not None:
+            self.store.close()
+
+    def report(self, stopped: KeyboardInterrupt | SystemExit | None) -> dict[str, Any]:
+        """The report of the rounds done; raised in ProbeInterrupted if ``stopped``."""
+        done: dict[int, list[int]] = {i: [] for i in range(len(self.meas))}
+        seconds = dict.fromkeys(range(len(self.meas)), 0.0)
+        lat: dict[int, list[float]] = {i: [] for i in range(len(self.meas))}
+        ok = dict.fromkeys(range(len(self.meas)), True)
+        for i, n, s, took, same in list(self.rounds):
+            done[i].append(n)
+            seconds[i] += s
+            lat[i].extend(took)
+            ok[i] = ok[i] and same
+        skipped = list(self.skipped)
+        results = []
+        for i, (req, depth) in enumerate(self.meas):
+            if not done[i]:
+                if stopped is not None:
+                    skipped.append(
+                        {
+                            "mode": "get",
+                            "request_bytes": req,
+                            "in_flight": depth,
+                            "reason": interrupted_skip(stopped),
+                        }
+                    )
+                continue
+            n, s = sum(done[i]), seconds[i]
+            ops_per_s, mb_per_s = rates(n, n * req, s)
+            results.append(
+                _Result(
+                    mode="get",
+                    pattern="random",
+                    request_bytes=req,
+                    in_flight=depth,
+                    in_flight_reached=min(depth, min(done[i])),
+                    engine="obstore",
+                    ops=n,
+                    seconds=round(s, 6),
+                    ops_per_s=ops_per_s,
+                    mb_per_s=mb_per_s,
+                    latency_p50_ms=round(1e3 * float(np.median(lat[i])), 2) if lat[i] else 0.0,
+                    verified=ok[i],
+                    cached_before=0.0,  # no local cache: every GET is the store's
+                )
+            )
+        endpoint = str(self.store_options.get("endpoint") or "")
+        head = {
+            "path": self.url,
+            "filesystem": {
+                "fstype": urlsplit(self.url).scheme,
+                "device": endpoint or "default endpoint",
+                "mount": split_object_url(self.url)[0],
+                "network": True,  # an object store: every read a round trip
+            },
+            "file_bytes": self.size,
+        }
+        return probe_report(head, self.n_rounds, results, skipped, stopped)
+
+
 def probe_object(
     url: str,
     *,
@@ -58,10 +138,16 @@ def probe_object(
     seed: int,
     store_options: dict[str, Any],
     rounds: int = 2,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
+    """The probe's report; what it measures goes into ``progress`` as it goes."""
+    at = progress if progress is not None else Progress(url, store_options, rounds)
     base, key = split_object_url(url)
     with ObjectStore(base, **store_options) as store:
-        size = store.size(key)
+        at.store = store
+        # On the store's loop, as the GETs: a blocking HEAD held the caller's thread
+        # until its timeout, and its try at exit, past a close() (stop()).
+        size = at.size = store._run(store.astat(key), "stat").size
         sizes = sorted({s for s in (*SIZES, row_bytes) if s <= size})
         if not sizes:
             raise ConfigError(
@@ -69,7 +155,7 @@ def probe_object(
                 f"{min(*SIZES, row_bytes):,} bytes; give a larger object"
                 + (f", or rows that fit (e.g. --row-bytes {size})" if size else "")
             )
-        skipped = [
+        at.skipped = [
             {
                 "mode": "get",
                 "request_bytes": s,
@@ -89,10 +175,7 @@ def probe_object(
             n = max(n, min(depth, ops // rounds, max(1, _DEPTH_BUDGET // req)))
             for r in range(rounds):
                 plan[i, r] = [(int(o), req) for o in rng.integers(0, size - req + 1, n)]
-        acc = {i: [0, 0.0] for i in range(len(meas))}
-        done: dict[int, list[int]] = {i: [] for i in range(len(meas))}  # each round's GETs
-        lat: dict[int, list[float]] = {i: [] for i in range(len(meas))}
-        ok = dict.fromkeys(range(len(meas)), True)
+        at.meas = meas
         stopped: KeyboardInterrupt | SystemExit | None = None
         try:
             for r in range(rounds):
@@ -105,58 +188,13 @@ def probe_object(
                     seconds = time.perf_counter() - t0
                     took = list(store.stats.latencies_s)[before:]
                     want = store.get_ranges(key, ranges, coalesce=0)
-                    ok[i] = ok[i] and _digest(got) == _digest(want)
-                    acc[i][1] += seconds
-                    acc[i][0] += len(ranges)
-                    lat[i].extend(took)
-                    done[i].append(len(ranges))
+                    same = _digest(got) == _digest(want)
+                    at.rounds.append((i, len(ranges), seconds, took, same))
         except (KeyboardInterrupt, SystemExit) as exc:
             # What was measured so far is reported (marked interrupted), then the
             # interrupt goes on: a probe stopped after minutes printed nothing.
             stopped = exc
-    results = []
-    for i, (req, depth) in enumerate(meas):
-        n, s = int(acc[i][0]), float(acc[i][1])
-        if stopped is not None and not done[i]:
-            skipped.append(
-                {
-                    "mode": "get",
-                    "request_bytes": req,
-                    "in_flight": depth,
-                    "reason": interrupted_skip(stopped),
-                }
-            )
-            continue
-        ops_per_s, mb_per_s = rates(n, n * req, s)
-        results.append(
-            _Result(
-                mode="get",
-                pattern="random",
-                request_bytes=req,
-                in_flight=depth,
-                in_flight_reached=min(depth, min(done[i])),
-                engine="obstore",
-                ops=n,
-                seconds=round(s, 6),
-                ops_per_s=ops_per_s,
-                mb_per_s=mb_per_s,
-                latency_p50_ms=round(1e3 * float(np.median(lat[i])), 2) if lat[i] else 0.0,
-                verified=ok[i],
-                cached_before=0.0,  # no local cache: every GET is the store's
-            )
-        )
-    endpoint = str(store_options.get("endpoint") or "")
-    head = {
-        "path": url,
-        "filesystem": {
-            "fstype": urlsplit(url).scheme,
-            "device": endpoint or "default endpoint",
-            "mount": base,
-            "network": True,  # an object store: every read a round trip
-        },
-        "file_bytes": size,
-    }
-    return probe_report(head, rounds, results, skipped, stopped)
+    return at.report(stopped)
 
 
 def _digest(parts: list[memoryview]) -> str:

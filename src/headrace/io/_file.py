@@ -25,7 +25,7 @@ from headrace.errors import (
 )
 from headrace.io import _in_flight as in_flight
 from headrace.io._buffers import read_randomly
-from headrace.io._mounts import mount_of, on_network_fs
+from headrace.io._mounts import on_network_fs, stale_mount_of
 from headrace.io._resident import resident_ranges
 
 __all__ = ["LocalFile", "eof_error", "file_url_path", "open_error", "read_error"]
@@ -139,8 +139,14 @@ def gone_hint(exc: OSError, path: str | None = None) -> str:
     if exc.errno != errno.ENOTCONN:
         return ""
     where = path if path is not None else exc.filename
-    held = mount_of(os.fsdecode(where)) if isinstance(where, (str, bytes)) else None
-    point = held.mount if held is not None else "MOUNT_POINT"
+    held = stale_mount_of(os.fsdecode(where)) if isinstance(where, (str, bytes)) else None
+    if held is None:  # detached already: the deepest mount left ("/") is not the one
+        return (
+            "; the mount it is on is gone (detached: its FUSE server or network file "
+            "system driver stopped, or it was unmounted, while the file was open): mount "
+            "it again and open the file anew"
+        )
+    point = held.mount
     return (
         "; the mount it is on is gone (its FUSE server or network file system driver "
         f"stopped): unmount it (fusermount3 -u {point}, or umount -l {point}) and mount "

@@ -22,8 +22,10 @@ __all__ = [
     "any_on_network_fs",
     "is_network_fs",
     "mount_of",
+    "network_mount_of",
     "network_type",
     "on_network_fs",
+    "stale_mount_of",
 ]
 
 #: File systems whose files are pages in memory: no device under them, and O_DIRECT
@@ -106,6 +108,23 @@ def mount_of(path: str | os.PathLike[str]) -> Mount | None:
     where that cannot be read (not Linux)."""
     mounts = _mounts()
     return None if mounts is None else _holder(os.path.realpath(path), mounts)
+
+
+def network_mount_of(path: str | os.PathLike[str]) -> Mount | None:
+    """The network (or FUSE) mount holding ``path`` now, or None. A mount detached under
+    an open file (its FUSE server stopped: Ctrl-C, SIGTERM; ``fusermount3 -uz``) is in
+    no table any more, and the deepest mount holding the path is then the one beneath
+    it, often "/": a message naming the mount to unmount named that one."""
+    m = mount_of(path)
+    return m if m is not None and network_type(m.fstype) else None
+
+
+def stale_mount_of(path: str | os.PathLike[str]) -> Mount | None:
+    """The mount a read of ``path`` that answered ENOTCONN went through: a network or
+    FUSE one (``fuseblk`` too, NTFS through ntfs-3g), or None where it is detached
+    already (see :func:`network_mount_of`: never the local mount beneath it)."""
+    m = mount_of(path)
+    return m if m is not None and (network_type(m.fstype) or m.fstype == "fuseblk") else None
 
 
 def network_type(fstype: str) -> bool:
