@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import ConfigError, DataError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._mds_codecs import decompress, require_codec
@@ -99,7 +100,7 @@ def _read(at: At, size: int, pos: int, n: int, name: str, what: str) -> bytes:
     if end > size:
         raise FormatError(
             f"{name}: {what} at offset {pos:,} runs to byte {end:,}, past the end of the "
-            f"file ({size:,} bytes): the file is truncated"
+            f"file ({size:,} bytes): the file is truncated: {RECOPY}"
         )
     return b"".join(bytes(at(a, b - a)) for a, b in _spans(pos, n)[0])
 
@@ -114,7 +115,7 @@ def _chunk(at: At, size: int, pos: int, name: str, what: str) -> tuple[int, int,
     if end > size:
         raise FormatError(
             f"{name}: {what} at offset {pos:,} says {data_size:,} bytes of data, running "
-            f"past the end of the file ({size:,} bytes): the file is truncated"
+            f"past the end of the file ({size:,} bytes): the file is truncated: {RECOPY}"
         )
     # Asked for whole, then cut: through a sparse image (a remote file's count) a read a
     # block was a GET a block, one after another (a footer of 1M chunks: 160 of them).
@@ -156,13 +157,13 @@ def _simple_parts(
         raise FormatError(
             f"{name}: {what}: its record {int(wild[0])} has size "
             f"{int(sizes[wild[0]]) & (1 << 64) - 1:,}, past the chunk's {decoded:,} bytes of "
-            "records: the chunk is damaged"
+            f"records: the chunk is damaged: {RECOPY}"
         )
     if len(sizes) != records or int(sizes.sum()) != decoded or len(parts[1]) != decoded:
         raise FormatError(
             f"{name}: {what} holds {len(sizes):,} record sizes summing to {int(sizes.sum()):,} "
             f"and {len(parts[1]):,} bytes of records; its header says {records:,} records of "
-            f"{decoded:,} bytes: the chunk is damaged"
+            f"{decoded:,} bytes: the chunk is damaged: {RECOPY}"
         )
     return sizes, parts[1]
 
@@ -240,7 +241,7 @@ def _parts(
     if records is not None and n != records:
         raise FormatError(
             f"{name}: {what} at offset {pos:,} holds {n:,} records; {says} {records:,}: "
-            "the file is damaged"
+            f"the file is damaged: {RECOPY}"
         )
     return (*_simple_parts(data, n, decoded, name, f"{what} at offset {pos:,}"), end)
 
@@ -258,7 +259,8 @@ def read_index(at: At, size: int, name: str) -> Index:
     if size < 2 * BLOCK_SIZE or size % BLOCK_SIZE:
         raise FormatError(
             f"{name}: is {size:,} bytes; an ArrayRecord file is whole 64 KiB blocks, at "
-            "least two (its postscript fills the last): truncated, or not an ArrayRecord file"
+            f"least two (its postscript fills the last): truncated, or not an ArrayRecord file: "
+            f"{RECOPY}"
         )
     tail = size - BLOCK_SIZE
     posts, _ = _records(
@@ -275,12 +277,14 @@ def read_index(at: At, size: int, name: str) -> Index:
     if not 0 < footer < tail:
         raise FormatError(
             f"{name}: its postscript says the footer is at offset {footer:,}, outside the "
-            f"file before the postscript ({tail:,} bytes): damaged"
+            f"file before the postscript ({tail:,} bytes): damaged: {RECOPY}"
         )
     # Not split into records: a footer of 1M chunks was 1M bytes objects.
     sizes, entries, _ = _parts(at, size, footer, name, "the footer")
     if not len(sizes):
-        raise FormatError(f"{name}: its footer (offset {footer:,}) holds no records: damaged")
+        raise FormatError(
+            f"{name}: its footer (offset {footer:,}) holds no records: damaged: {RECOPY}"
+        )
     meta = entries[: int(sizes[0])]
     try:
         inner = dict.fromkeys((1, 2, 3), 0)
@@ -312,19 +316,19 @@ def read_index(at: At, size: int, name: str) -> Index:
         raise FormatError(
             f"{name}: its footer's metadata says {chunks:,} chunks, but its footer holds "
             f"{len(sizes) - 1:,} chunk entries (or entries that are not ArrayRecordFooter "
-            "protos): damaged"
+            f"protos): damaged: {RECOPY}"
         )
     offsets = np.append(values[:, 0], footer).astype(np.int64)
     firsts = np.concatenate(([0], np.cumsum(values[:, 1]))).astype(np.int64)
     if chunks and (offsets[0] < 64 or np.any(np.diff(offsets) <= 0)):
         raise FormatError(
             f"{name}: its footer's chunk offsets are not increasing from the first chunk "
-            f"after the signature to the footer (offset {footer:,}): damaged"
+            f"after the signature to the footer (offset {footer:,}): damaged: {RECOPY}"
         )
     if int(firsts[-1]) != total:
         raise FormatError(
             f"{name}: its footer's chunks hold {int(firsts[-1]):,} records; its metadata "
-            f"says {total:,}: damaged"
+            f"says {total:,}: damaged: {RECOPY}"
         )
     return offsets, firsts
 
@@ -371,7 +375,7 @@ def decode_array_record(
         if end > b:
             raise FormatError(
                 f"{name}: chunk {c} at offset {a:,} ends at {end:,}, past the next chunk's "
-                f"offset {b:,} in the footer: damaged"
+                f"offset {b:,} in the footer: damaged: {RECOPY}"
             )
         held[c] = recs
     picked = [

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from headrace._messages import RECOPY
 from headrace.errors import DataError, FormatError, UnsupportedFormError
 from headrace.formats._buffer import Buffer, as_bytes_view
 from headrace.formats._crc32c import crc32c_many
@@ -159,7 +160,7 @@ def _check_data(
         raise FormatError(
             f"{name}: record {int(numbers[i])} at offset {int(starts[i]) - HEADER:,}: its "
             f"data's CRC-32C does not match (stored {int(stored[i]):#010x}, computed "
-            f"{int(got[i]):#010x})" + (writer or ": the record is damaged")
+            f"{int(got[i]):#010x})" + (writer or f": the record is damaged: {RECOPY}")
         )
 
 
@@ -178,7 +179,7 @@ def _check_lengths(
             f"does not match (stored {crcs[i]:#010x}, computed {int(got[i]):#010x})"
             + (
                 _other_writer(heads[i], crcs[i])
-                or ": the header is damaged (or this is not a TFRecord file)"
+                or f": the header is damaged (or this is not a TFRecord file): {RECOPY}"
             )
         )
 
@@ -199,7 +200,7 @@ def walk_records(at: Any, size: int, name: str) -> tuple[NDArray[np.int64], NDAr
             _check_lengths(heads, crcs, name, starts)
             raise FormatError(
                 f"{name}: record {len(starts)} at offset {off:,} is truncated: its 12-byte "
-                f"header runs past the end of the file ({size:,} bytes)"
+                f"header runs past the end of the file ({size:,} bytes): {RECOPY}"
             )
         head = bytes(at(off, HEADER))
         if not starts:
@@ -214,7 +215,7 @@ def walk_records(at: Any, size: int, name: str) -> tuple[NDArray[np.int64], NDAr
             raise FormatError(
                 f"{name}: record {len(starts) - 1} at offset {off:,} says {n:,} bytes of "
                 f"data, running past the end of the file ({size:,} bytes): the file is "
-                "truncated"
+                f"truncated: {RECOPY}"
             )
         lengths.append(n)
         off = end
@@ -366,6 +367,14 @@ def _feature(
     return np.concatenate(ints) if ints else np.empty(0, np.int64)
 
 
+#: What to do with records that are not Examples, as a refusal says it.
+NOT_EXAMPLES = (
+    "records that are not Examples (pickles, JSON, protos of your own: the bytes Grain's "
+    "ArrayRecordDataSource hands over) are read as bytes with decode=False, to parse in "
+    "a transform"
+)
+
+
 def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, NDArray[Any]]:
     """The features (``keys`` of them, all where ``None``) of a serialized
     ``tf.train.Example``; :class:`FormatError` where it does not parse, a
@@ -410,10 +419,14 @@ def parse_example(data: bytes, keys: Sequence[str] | None = None) -> dict[str, N
         wanted = list(spans) if keys is None else list(keys)
         missing = [k for k in wanted if k not in spans]
         if missing:
-            raise DataError(f"no feature(s) {missing}; the record holds {sorted(spans)}")
+            # A record of no features is no Example (a pickle can parse as one).
+            raise DataError(
+                f"no feature(s) {missing}; the record holds {sorted(spans)}"
+                + (f": {NOT_EXAMPLES}" if not spans else "")
+            )
         return {k: _feature(data, spans[k], k, wanted) for k in wanted}
     except _Bad as exc:
-        raise FormatError(f"is not a tf.train.Example: {exc}") from None
+        raise FormatError(f"is not a tf.train.Example: {exc}; {NOT_EXAMPLES}") from None
 
 
 def decode_tfrecord(
@@ -461,6 +474,40 @@ def decode_tfrecord(
     return gather_records(picked, name=name, keys=keys, parse=parse, where=where)
 
 
+#: The list of an Example feature each decoded array's dtype kind comes of.
+_LISTS = {"i": "an int64_list", "f": "a float_list", "u": "a bytes_list"}
+
+
+def _check_kinds(
+    key: str,
+    values: list[NDArray[Any]],
+    records: Sequence[tuple[int, Any]],
+    name: str,
+    where: Callable[[int], str],
+    others: list[str],
+) -> None:
+    """Refuse feature ``key`` held as another kind of list by some ``records`` (an int64
+    label one step of a pipeline wrote as bytes or a float): batched as an ``object``
+    array, it failed steps later, as a tensor "of different shapes", naming no record.
+    The fewer kind is named as the odd one, with its first record."""
+    kinds = [v.dtype.kind for v in values]
+    if len(set(kinds)) < 2:
+        return
+    counts = {c: kinds.count(c) for c in dict.fromkeys(kinds)}
+    ranked = sorted(counts, key=lambda c: (counts[c], -kinds.index(c)))  # tie: later is odd
+    odd, usual = ranked[0], ranked[-1]
+    at = kinds.index(odd)
+    leave = f"leave it out with datasets={tuple(others)!r}, " if others else ""
+    raise FormatError(
+        f"{name}: {where(records[at][0])} holds feature {key!r} as {_LISTS[odd]} "
+        f"({counts[odd]:,} of the {len(kinds):,} records read hold it so), but record "
+        f"{records[kinds.index(usual)][0]} holds it as {_LISTS[usual]}: a feature is one "
+        "kind of list in every record (tf.io.parse_example refuses it too); rewrite the "
+        f"odd records, {leave}or read the records' bytes with decode=False and parse them "
+        "in a transform"
+    )
+
+
 def gather_records(
     records: Sequence[tuple[int, Any]],
     *,
@@ -494,6 +541,9 @@ def gather_records(
             )
         for k, v in got.items():
             out.setdefault(k, []).append(v)
+    for k, vs in out.items():
+        if parse:
+            _check_kinds(k, vs, records, name, where, [f for f in keys or first or () if f != k])
     if parse and records and not out:
         # An empty record, or bytes that are not an Example but parse as one of unknown
         # fields only (b"x" * 10 does): batches of nothing but "index" hid them.
