@@ -222,7 +222,11 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 # A Lightning fit's training loader: its iterator counts what it gave.
                 taken = lightning_taken(self)
                 if taken is not None:
-                    step = self._start + taken
+                    # From where the iteration the loop takes from began (an epoch after
+                    # a resumed one: not at the loaded step, Mailbox.spent); none taken
+                    # yet (its workers may not have begun), where the next one starts.
+                    began = self._mailbox.worked_from() if taken else self._next_start()
+                    step = began + taken
                     return {**self.state_at(step), "phase": step}
                 # The checkpoint it went into resumed there: a preempted job trained on
                 # every batch since that iteration began again, without a word.
@@ -258,8 +262,15 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
             return step
         # (A stock DataLoader's workers start an exact pass over once a Lightning
         # validation has gone through it: :meth:`_evaluated`.)
-        moved = self._went or self._mailbox.evaluations_moved()
-        return starts_at(step, self.steps, self.epochs, moved)
+        return starts_at(step, self.steps, self.epochs, self._moved())
+
+    def _moved(self) -> bool:
+        """In the main process: whether an iteration has gone over the dataset since it
+        was made or a state was loaded (its own; a stock DataLoader's workers, over a
+        loaded state, :meth:`Mailbox.spent`; a Lightning validation's, :meth:`_evaluated`):
+        an exact pass then starts over."""
+        box = self._mailbox
+        return self._went or box.evaluations_moved() or box.load_spent()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration (every worker of it) at the saved step (saved with
@@ -291,13 +302,14 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         # The last iteration's loader would otherwise go on answering state_dict()
         # with its own step; closing it also makes its iterator stale (StateError).
         self._close_loader()
-        self._post()
+        self._post(loaded=True)
 
-    def _post(self) -> None:
+    def _post(self, *, loaded: bool = False) -> None:
         """In the main process: tell persistent DataLoader workers already running that
         their next iteration starts where this dataset now stands, as new workers would
-        (they went on from where it stood when they started; see ``_mailbox``)."""
-        self._mailbox.post((self._start, self._phase, self.seed, self.origin))
+        (they went on from where it stood when they started; see ``_mailbox``);
+        ``loaded``: only the next one, a state loaded (:meth:`Mailbox.spent`)."""
+        self._mailbox.post((self._start, self._phase, self.seed, self.origin), loaded=loaded)
 
     def _read_on(self, *, in_worker: bool) -> None:
         """Start the next iteration at the step the last one in the main process
@@ -489,7 +501,8 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         began, if one began the last iteration (Lightning asks each evaluation's
         ``len()`` before its ``iter()``), else the consumer's step (0 for an exact pass
         over or left part way)."""
-        step, went = self._before_evaluation() or (self._position(), self._went)
+        went = self._went or self._mailbox.load_spent()  # (a stock DataLoader's workers)
+        step, went = self._before_evaluation() or (self._position(), went)
         return starts_at(step, self.steps, self.epochs, went)
 
     def _in_evaluation(self) -> bool:
@@ -519,7 +532,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         began at a loaded step, where the run never interrupted began each at step 0."""
         # The same number in each worker of one iteration, and another in the next (with a
         # persistent worker's count of iterations).
-        iteration = _iteration_started(info) * 1_000_003 + self._iterations
+        iteration = _iteration_number(info, self._iterations)
         # A persistent worker's later iteration is no sanity check (its stage is its first's).
         sanity = self._iterations == 1 and self._evaluation_stage() == "sanity_check"
         return self._mailbox.evaluated(iteration, sanity=sanity)
@@ -572,7 +585,6 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         info = get_worker_info()
         workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
         self._check_ranks()
-        loaded = self._loaded  # a state given for this iteration: a deliberate start
         given = False  # a state given to this worker (torchdata's resume)
         if info is not None:
             self._arrive()
@@ -597,6 +609,13 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         evaluating = info is not None and self._in_evaluation()
         if evaluating and not given and self.epochs is not None:
             moved = self._evaluated(info)
+        elif info is not None and not given and not evaluating:
+            # A state loaded in the main process starts the first iteration after it; each
+            # later one (a Lightning fit's next epoch) starts where an iteration over it
+            # left the dataset, as without workers: every epoch after one resumed at step
+            # 6 of 12 began at step 6 too (each epoch's workers are fresh copies of a main
+            # process's dataset that no iteration there ever moved on from the load).
+            moved = self._mailbox.spent(_iteration_number(info, self._iterations))
         if info is None:
             self._going_again("TorchDataset")
         if starts_at(self._start, self.steps, self.epochs, moved) != self._start:
@@ -621,7 +640,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
         self._loader = loader
         # Worker 0 of a stock DataLoader's workers watches for an epoch loop given the
         # last iteration's batches again (an exact pass is the same pass by design).
-        again = info is not None and info.id == 0 and not loaded and self.epochs is None
+        again = info is not None and info.id == 0 and not given and self.epochs is None
         # (Each Lightning evaluation's workers giving the same batches is no repeat.)
         again = again and not evaluating
         return self._generate(loader, watch=again, worker=info is not None and not evaluating)
@@ -643,7 +662,7 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                 first = next(batches, None)
                 if first is None:
                     return
-                self._mailbox.working()  # the main process's state_dict() now refuses
+                self._mailbox.working(start)  # the main process's state_dict() now refuses
                 if watch and self._mailbox.again(start):
                     warn_user(repeated(start), RuntimeWarning, varies=True)
                 yield first
@@ -703,6 +722,13 @@ class TorchDataset(IterableDataset[TensorBatch | RaggedTensorBatch]):
                     "workers need it picklable (a module-level function or class, not a "
                     "lambda or a local function), or use num_workers=0."
                 ) from exc
+
+
+def _iteration_number(info: Any, iterations: int) -> int:
+    """In a DataLoader worker: a number for its iteration, the same in each worker of it
+    and another in the next (``iterations``: begun in this worker, a persistent one's
+    count)."""
+    return _iteration_started(info) * 1_000_003 + iterations
 
 
 def _iteration_started(info: Any) -> int:

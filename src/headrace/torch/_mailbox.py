@@ -11,6 +11,12 @@ when they started (step 0: the run's first steps again), where new workers start
 the loaded step. The main process posts its position here at each change; a worker's
 later iterations start at the last post, as new workers would.
 
+A state loaded in the main process starts one iteration: the first whose workers begin
+after it (:meth:`Mailbox.spent`). The main process never iterates a stock DataLoader's
+dataset, so its copy keeps the loaded step, and each epoch's new workers (or persistent
+ones) started there again: a Lightning fit resumed at step 6 of an exact pass of 12
+trained every later epoch on its last 6 batches.
+
 The workers' way back is their batches: a batch carries the corrupt files its worker
 replaced since its last one (:class:`Relayed`), merged into the main process's sources
 as it arrives there (see its docstring for why not a channel beside the batches).
@@ -40,7 +46,10 @@ __all__ = ["Carrying", "Mailbox", "Relayed"]
 # then, written by the workers, the step their last iteration's batches began at and the
 # count of posts then plus one (0: none began), as worker 0 watches for a repeat; the
 # count of posts plus one when any worker last handed over a batch; and the last
-# Lightning evaluation's iteration that workers began (:meth:`Mailbox.evaluated`).
+# Lightning evaluation's iteration that workers began (:meth:`Mailbox.evaluated`); the
+# count of posts when the last one was a loaded state's (0: none was), the iteration that
+# began from it (:meth:`Mailbox.spent`), and the step that the iteration whose worker last
+# handed over a first batch began at (:meth:`Mailbox.working`).
 (
     _VERSION,
     _START,
@@ -52,8 +61,11 @@ __all__ = ["Carrying", "Mailbox", "Relayed"]
     _BEGAN_AFTER,
     _WORKED_AFTER,
     _EVALUATED,
-) = range(10)
-_BYTES = 10 * 8
+    _LOADED,
+    _SPENT,
+    _WORKED_FROM,
+) = range(13)
+_BYTES = 13 * 8
 
 # The fields of the _EVALUATED cell, in one integer (read and written whole, so that no
 # worker sees half of another's note): the iteration, the count of posts, whether an
@@ -64,9 +76,9 @@ Position = tuple[int, int, int, tuple[int, int] | None]
 
 
 class Mailbox:
-    """Ten shared integers, six written by the process that made it, read by its
-    DataLoader's workers, four by the workers (:meth:`again`, :meth:`working`,
-    :meth:`evaluated`): a block of
+    """Thirteen shared integers, seven written by the process that made it, read by its
+    DataLoader's workers, six by the workers (:meth:`again`, :meth:`working`,
+    :meth:`evaluated`, :meth:`spent`): a block of
     ``multiprocessing``'s shared heap (one file descriptor a process for all of them,
     not one a dataset), inherited by forked workers and handed to spawn and forkserver
     ones with their start.
@@ -90,15 +102,17 @@ class Mailbox:
         self._seen = 0  # the post this copy's position stands for
         self._owner = os.getpid()
 
-    def post(self, position: Position) -> None:
+    def post(self, position: Position, *, loaded: bool = False) -> None:
         """In the process that made it (elsewhere nothing): the position its dataset's
-        workers start their next iteration at."""
+        workers start their next iteration at (``loaded``: a state loaded there, which
+        starts only the first iteration to begin after it, :meth:`spent`)."""
         if os.getpid() != self._owner:
             return
         start, phase, seed, origin = position
         cells = self._cells
         cells[_START], cells[_PHASE], cells[_SEED] = start, phase, seed
         cells[_ORIGIN_STEP], cells[_ORIGIN_SAMPLE] = (-1, -1) if origin is None else origin
+        cells[_LOADED] = cells[_VERSION] + 1 if loaded else 0
         cells[_VERSION] += 1  # last: a reader that sees the count sees the position
         self._seen = cells[_VERSION]
 
@@ -123,10 +137,43 @@ class Mailbox:
         cells[_BEGAN], cells[_BEGAN_AFTER] = start, mark
         return bool(same)
 
-    def working(self) -> None:
-        """In a DataLoader worker handing over the first batch of an iteration: note that
-        the consumer's step is now this worker's business, not the main process's."""
-        self._cells[_WORKED_AFTER] = self._cells[_VERSION] + 1
+    def working(self, start: int) -> None:
+        """In a DataLoader worker handing over the first batch of an iteration that began
+        at ``start``: note that the consumer's step is now this worker's business, not the
+        main process's, and where the consumer's batches began (:meth:`worked_from`)."""
+        cells = self._cells
+        cells[_WORKED_FROM] = start
+        cells[_WORKED_AFTER] = cells[_VERSION] + 1  # last: as post() writes its count
+
+    def spent(self, iteration: int) -> bool:
+        """In a DataLoader worker beginning ``iteration`` (a number its other workers give
+        too) from the position its copy holds: whether that is a state loaded in the main
+        process (the last post, :meth:`post`) that an earlier iteration began from. A
+        loaded state starts one iteration; the next ones start where an iteration over
+        it leaves the dataset (an exact pass: over, at step 0), as without workers. The
+        first worker of the first iteration after the load notes it."""
+        cells = self._cells
+        version = int(cells[_VERSION])
+        if self._seen != version or cells[_LOADED] != version:
+            return False  # a position not loaded (or not this copy's): as it always was
+        iteration %= 1 << _ITERATION_BITS
+        mark = int(cells[_SPENT])
+        if mark > 0 and mark % (1 << _POSTS_BITS) == version % (1 << _POSTS_BITS):
+            return mark >> _POSTS_BITS != iteration  # (this iteration's: not yet spent)
+        cells[_SPENT] = (iteration << _POSTS_BITS) | (version % (1 << _POSTS_BITS))
+        return False
+
+    def load_spent(self) -> bool:
+        """In the process that made it: whether the last post was a loaded state that
+        workers have begun an iteration from (:meth:`spent`)."""
+        cells = self._cells
+        version = int(cells[_VERSION])
+        mark = int(cells[_SPENT])
+        return bool(
+            cells[_LOADED] == version
+            and mark > 0
+            and mark % (1 << _POSTS_BITS) == version % (1 << _POSTS_BITS)
+        )
 
     def evaluated(self, iteration: int, *, sanity: bool) -> bool:
         """In a DataLoader worker beginning an iteration of a Lightning evaluation
@@ -161,6 +208,12 @@ class Mailbox:
         """In the process that made it: whether a worker has handed over batches since its
         last post (its dataset's position is then only where their iteration began)."""
         return bool(self._cells[_WORKED_AFTER] == self._cells[_VERSION] + 1)
+
+    def worked_from(self) -> int:
+        """In the process that made it, once :meth:`worked`: the step that the iteration
+        whose batches the consumer now gets began at (after a loaded state's, the next
+        iteration's workers begin elsewhere: :meth:`spent`)."""
+        return int(self._cells[_WORKED_FROM])
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shared only with a worker being started (its heap's fd handed over with it, as
