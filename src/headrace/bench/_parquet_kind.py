@@ -159,10 +159,14 @@ class ParquetKind(Kind):
         return int(self.group_bytes().sum()) / (self.rows * self.record_bytes())
 
     def unique_payload_bytes(self, steps: int) -> int:
-        # What a reader must fetch at least: every row group the plan touches, once.
-        seed = self.workload.train.seed
-        groups = np.unique(np.concatenate([g for _, g in self.plan(seed, steps)]))
-        return int(self.group_bytes()[groups].sum())
+        """Each delivered row's share of its row group's stored bytes, every time a batch
+        has it: what a reader that fetches each group once an epoch reads, as the files
+        kinds count a sample's share of its file. Not each group the plan touches once:
+        against that a run of N epochs showed about N (hub-images' headrace 8.22, naive
+        11.09, beside jpeg's 1.00), as if it read N times what it needed."""
+        groups = np.concatenate([g for _, g in self.plan(self.workload.train.seed, steps)])
+        share = self.group_bytes() / np.maximum(np.asarray(self.group_rows_all()), 1)
+        return round(float(share[groups].sum()))
 
     # -- plan -------------------------------------------------------------------
     def group_rows_all(self) -> list[int]:

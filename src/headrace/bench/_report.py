@@ -374,7 +374,10 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     (``consumer s``). Not a files workload's fresh passes, whose consumer does nothing:
     the table said "one fresh pass per variant", and a reader took it for those.
 
-    ``in next`` is the consumer inside the stream's ``next``; the Loader's own
+    ``pass s`` is ``open s`` (opening the stream) + ``in next s`` (the consumer inside
+    the stream's ``next``) + ``consumer s``: until 2026-12-07 the open, and the consumer's
+    waits for the GIL between a digest and the next ``next``, were in none of them (a
+    Hub-images pass: 25% of it). The Loader's own
     split follows (``-`` for a variant without a Loader): planning, inside
     ``source.read`` (read, decode, gather, collate), starting read-ahead, and
     waiting on the read-ahead queue; files kinds split the reads further: ``read s (sum)``
@@ -390,6 +393,7 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "steps",
         "pass s",
         "1st batch s",
+        "open s",
         "in next s",
         "consumer s",
         "plan s",
@@ -415,6 +419,7 @@ def _time_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 _TIME_KEYS = (
     "wall_s",
     "time_to_first_batch_s",
+    "open_s",
     "loader_s",
     "consumer_s",
     "plan_s",
@@ -525,9 +530,11 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
         _print("requests to the object store: each variant's measurement pass", head, rows, out)
     head, rows = _time_rows(report)
     if rows:
+        # Reports before open_s (2026-12-07) have parts that fall short of pass s.
+        adds = any((r.get("stages") or {}).get("open_s") is not None for r in report["results"])
         _print(
             "where the time went (s): each variant's measurement pass, every batch digested "
-            "(consumer s)",
+            "(consumer s)" + ("; pass s = open s + in next s + consumer s" if adds else ""),
             head,
             rows,
             out,
@@ -604,6 +611,10 @@ def print_report(report: dict[str, Any], file: TextIO | None = None) -> None:
             )
     for note in report.get("notes", []):
         print(f"note: {note}", file=out)
+    from headrace.bench._pick import pick_lines  # it reads this module's figures
+
+    for line in pick_lines(report):
+        print(line, file=out)
 
 
 def _s3_line(s3: dict[str, Any]) -> str:
