@@ -14,6 +14,7 @@ batch never needs more than the caller to make progress.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TypeVar
@@ -43,36 +44,52 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
     errors: list[tuple[int, BaseException]] = []
     stop = False
 
+    active: list[None] = []  # an item per loop running (append and pop are atomic)
+
     def loop() -> None:
         nonlocal stop
-        while not stop:
-            i = next(counter)  # itertools.count is atomic under the GIL
-            if i >= n:
-                return
-            try:
-                read(i)
-            except BaseException as exc:  # re-raised below, after the others
-                errors.append((i, exc))
-                stop = True
-                return
+        active.append(None)  # before looking at stop: see the wait below
+        try:
+            while not stop:
+                i = next(counter)  # itertools.count is atomic under the GIL
+                if i >= n:
+                    return
+                try:
+                    read(i)
+                except BaseException as exc:  # re-raised below, after the others
+                    errors.append((i, exc))
+                    stop = True
+                    return
+        finally:
+            active.pop()
 
     futures: list[Future[None]] = []
-    for _ in range(depth - 1):
-        try:
-            futures.append(pool.submit(loop))
-        except RuntimeError:
-            # No thread for another loop ("can't start new thread" at the process's
-            # limit, a pool shut down at exit): raised from here, it left the loops
-            # submitted reading on into a buffer the caller had dropped. Those, and the
-            # caller's own, read the rest.
-            break
     try:
+        for _ in range(depth - 1):
+            try:
+                futures.append(pool.submit(loop))
+            except RuntimeError:
+                # No thread for another loop ("can't start new thread" at the process's
+                # limit, a pool shut down at exit): raised from here, it left the loops
+                # submitted reading on into a buffer the caller had dropped. Those, and
+                # the caller's own, read the rest.
+                break
         loop()
+    except BaseException:
+        # A Ctrl-C out of a submit (Thread.start waits for the new thread) or between
+        # two reads: no new read starts. Until 2026-12-07 the loops submitted read on
+        # through the batch after the caller had gone, through a file it had unpinned.
+        stop = True
+        raise
     finally:
         # cancel() succeeds only for loops not yet started. Wait for the rest
         # alone: wait() never counts a cancelled future as done until a pool
         # thread dequeues it, which in a saturated pool may be never.
         wait_done([f for f in futures if not f.cancel()])
+        # A submit cut short returned no future, but may have queued its loop: wait
+        # for it if it runs (one that starts later finds stop set and reads nothing).
+        while active:
+            time.sleep(0.001)
     raise_lowest(errors)
 
 

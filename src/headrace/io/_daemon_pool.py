@@ -66,8 +66,15 @@ class DaemonPool(Executor):
                     name=f"{self._prefix}_{len(self._threads)}",
                     daemon=True,
                 )
-                t.start()
+                # Counted before it starts: start() waits for the new thread to run, and
+                # a Ctrl-C landing there left a running thread uncounted, one past the
+                # bound per interrupt, that shutdown() did not join.
                 self._threads.append(t)
+                try:
+                    t.start()
+                except Exception:  # no thread ("can't start new thread"): not counted
+                    self._threads.remove(t)
+                    raise
             return future
 
     def shutdown(
@@ -94,6 +101,8 @@ class DaemonPool(Executor):
         if wait:
             end = None if timeout is None else time.monotonic() + timeout
             for t in self._threads:
+                if t.ident is None:  # a start cut short by a Ctrl-C: nothing to join yet
+                    continue
                 t.join(None if end is None else max(0.0, end - time.monotonic()))
 
 

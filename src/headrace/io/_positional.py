@@ -30,7 +30,7 @@ from headrace.io import _in_flight as in_flight
 from headrace.io._batch import raise_lowest, run_batch
 from headrace.io._file import LocalFile, eof_error, read_error
 from headrace.io._ranges import chunk_spans, coalesce_arrays
-from headrace.io._uring import Ring
+from headrace.io._uring import TRANSIENT_TRIES, Ring
 
 __all__ = ["aligned_empty", "read_direct_into", "read_spans"]
 
@@ -213,7 +213,13 @@ def _ring_read(
         try:
             if e:
                 cause = OSError(e, os.strerror(e))
-                raise read_error(f.path, what, a, n, d, cause) from cause
+                error = read_error(f.path, what, a, n, d, cause)
+                if e in (errno.EINTR, errno.EAGAIN):
+                    error.add_note(
+                        f"io_uring failed this read {TRANSIENT_TRIES + 1} times; "
+                        "engine='threads' reads without io_uring"
+                    )
+                raise error from cause
             if alignment:
                 view = buf[int(pos[i]) : int(pos[i]) + n]
                 finish_direct(f, view, a, int(need[i]), d, int(first[i]))

@@ -539,12 +539,15 @@ class RangeReader(Closing):
                     ask_for_runs(view, offsets, lengths)
                 return view, offsets, pages_of_ranges(offsets, lengths), ""
             mode = PARALLEL  # the file grew past its mapping
-        ring = self._ring()
-        if ring is None:
-            depth, pool = _pool_for(cfg.depth())
-        else:
-            depth, pool = min(cfg.depth(ring=True), RING_ENTRIES), None
+        ring: Ring | None = None
         try:
+            # Taken inside the try: a ring (a descriptor and three maps, which no
+            # collector closes) dropped by a Ctrl-C before it was lost for good.
+            ring = self._ring()
+            if ring is None:
+                depth, pool = _pool_for(cfg.depth())
+            else:
+                depth, pool = min(cfg.depth(ring=True), RING_ENTRIES), None
             buf, pos, nread = read_spans(
                 f,
                 offsets,

@@ -67,6 +67,8 @@ IORING_FEAT_RW_CUR_POS = 1 << 3  # came with IORING_OP_READ (5.6): proves the op
 _NEEDED = IORING_FEAT_SUBMIT_STABLE | IORING_FEAT_RW_CUR_POS
 
 RING_ENTRIES = 256  # SQ size; the kernel makes the CQ twice as large
+#: Completions of one read that may fail with EINTR or EAGAIN before it fails for good.
+TRANSIENT_TRIES = 8
 MAX_READ = 1 << 30  # SQE len is u32; the kernel stops a read near 2 GiB anyway
 _U32 = 0xFFFFFFFF
 
@@ -289,7 +291,8 @@ class Ring:
         ends short without an error at end of file (a 0-byte completion) or,
         when ``align > 1`` (O_DIRECT), where a completion leaves ``done[i]``
         unaligned, since O_DIRECT cannot resume there; other short reads are
-        resubmitted for the rest. After a failure no new read starts; those
+        resubmitted for the rest, and so are reads that failed with EINTR or EAGAIN
+        (``TRANSIENT_TRIES`` times at most). After a failure no new read starts; those
         started finish (short ones included). ``owner`` holds the memory the
         addresses point into: it is parked for good if the ring breaks with
         reads in flight.
@@ -313,6 +316,7 @@ class Ring:
         big = bool((length > MAX_READ).any())  # some piece needs more than one read
         align = max(1, align)
         again: list[int] = []  # pieces whose remainder waits to be resubmitted
+        tries: NDArray[np.int32] | None = None  # transient failures per piece, once any
         nxt = 0  # next piece not yet started
         in_flight = 0
         stop = False
@@ -348,13 +352,24 @@ class Ring:
                 else:
                     ok = res >= 0
                     done[ud[ok]] += res[ok]
-                    if not ok.all():
-                        err[ud[~ok]] = -res[~ok]
+                    # A signal or a kernel short of memory: read again (the thread
+                    # engine's os.preadv retries EINTR itself), a few times at most.
+                    retry = (res == -errno.EINTR) | (res == -errno.EAGAIN)
+                    if retry.any():
+                        if tries is None:
+                            tries = np.zeros(n, dtype=np.int32)
+                        tries[ud[retry]] += 1
+                        retry &= tries[ud] <= TRANSIENT_TRIES
+                        if (res[retry] == -errno.EAGAIN).any():
+                            time.sleep(0.001 * int(tries[ud[retry]].max()))
+                    failed = ~ok & ~retry
+                    if failed.any():
+                        err[ud[failed]] = -res[failed]
                         stop = True
                     d = done[ud]
                     # The rest of a short read is read again, unless it hit
                     # EOF (0 bytes) or left an O_DIRECT read unaligned.
-                    more = ok & (res > 0) & (d < length[ud]) & (d % align == 0)
+                    more = retry | (ok & (res > 0) & (d < length[ud]) & (d % align == 0))
                 again.extend(ud[more].tolist())
         except BaseException:
             self._drain(owner)
