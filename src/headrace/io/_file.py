@@ -166,10 +166,18 @@ def read_error(
     path: str, what: str, offset: int, want: int, done: int, exc: OSError
 ) -> StorageError:
     """A failed read of ``want`` bytes at ``offset``, ``done`` of them read (every engine)."""
+    hint = gone_hint(exc, path)
+    if not hint and exc.errno == errno.EIO:
+        # "Input/output error" alone said what, not where to look or what then.
+        hint = (
+            "; the disk or the mount's server failed this read: look in the kernel log "
+            "(dmesg) or the server's, then read again; where the disk is failing, copy "
+            "the file from another copy"
+        )
     return StorageError(
         exc.errno or errno.EIO,
         f"{path}: {what} of bytes [{offset}, {offset + want}) failed after {done} bytes: "
-        f"{exc.strerror or exc}{gone_hint(exc, path)}",
+        f"{exc.strerror or exc}{hint}",
     )
 
 
@@ -214,31 +222,38 @@ class LocalFile(Closing):
         self._network: bool | None = None
         self._unmappable = False
         self.path = os.fspath(path)
-        # In flight while it runs: an open on a hung mount waits as long as a read.
-        with in_flight.Waiting("open", self.path):
-            try:
-                # O_NONBLOCK: a FIFO's open waited for a writer, for ever (cleared below).
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-            except OSError as exc:
-                raise open_error(self.path, exc) from exc
-            try:
-                st = os.fstat(fd)
-            except OSError as exc:  # close what we opened: no fd leaks on any error path
+        fd = -1
+        try:  # whatever is raised before it is kept, the descriptor is closed
+            # In flight while it runs: an open on a hung mount waits as long as a read.
+            with in_flight.Waiting("open", self.path):
+                try:
+                    # O_NONBLOCK: a FIFO's open waited for a writer, for ever (cleared
+                    # below).
+                    fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+                    st = os.fstat(fd)
+                except OSError as exc:
+                    raise open_error(self.path, exc) from exc
+            if stat.S_ISDIR(st.st_mode):  # it opens, and its size is the directory's
+                raise StorageError(
+                    errno.EISDIR,
+                    f"{self.path}: is a directory, not a file: give a file in it (or, "
+                    "where a list of files is taken, its files)",
+                )
+            kind = _NOT_FILES.get(stat.S_IFMT(st.st_mode))
+            if kind is not None:  # no size, no offsets: "past the end of 0 bytes" said nothing
+                raise StorageError(
+                    errno.EINVAL,
+                    f"{self.path}: is a {kind}, not a file: there is no size or offset to "
+                    "read ranges at; copy what it gives into a file and read that",
+                )
+            os.set_blocking(fd, True)
+            self._fd = fd
+        except BaseException:
+            # A Ctrl-C too (as the open's in-flight mark came down): until 2026-12-07 only
+            # an OSError closed it, and an interrupt leaked the descriptor.
+            if fd >= 0 and self._fd != fd:
                 os.close(fd)
-                raise open_error(self.path, exc) from exc
-        if stat.S_ISDIR(st.st_mode):  # it opens, and its size is the directory's
-            os.close(fd)
-            raise StorageError(errno.EISDIR, f"{self.path}: is a directory, not a file")
-        kind = _NOT_FILES.get(stat.S_IFMT(st.st_mode))
-        if kind is not None:  # no size, no offsets: "past the end of 0 bytes" said nothing
-            os.close(fd)
-            raise StorageError(
-                errno.EINVAL,
-                f"{self.path}: is a {kind}, not a file: there is no size or offset to read "
-                "ranges at; copy what it gives into a file and read that",
-            )
-        os.set_blocking(fd, True)
-        self._fd = fd
+            raise
         self.size: int = st.st_size
         #: ``(st_dev, st_ino)`` when opened: a reopen of the path is the same file only
         #: if they match (a file renamed over it is another one).
@@ -292,36 +307,40 @@ class LocalFile(Closing):
             again = f"/proc/self/fd/{self._fd}"
             if not os.path.exists(again):  # no /proc: the path, checked to be the same file
                 again = self.path
-            try:
-                with in_flight.Waiting("open", self.path):
-                    dfd = os.open(again, os.O_RDONLY | os.O_CLOEXEC | flag)
-            except OSError as exc:
-                if exc.errno == errno.EINVAL:
-                    raise ConfigError(
-                        f"{self.path}: the filesystem does not support O_DIRECT (open "
-                        "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
+            dfd = -1
+            try:  # closed whatever is raised before it is kept (a Ctrl-C too)
+                try:
+                    with in_flight.Waiting("open", self.path):
+                        dfd = os.open(again, os.O_RDONLY | os.O_CLOEXEC | flag)
+                except OSError as exc:
+                    if exc.errno == errno.EINVAL:
+                        raise ConfigError(
+                            f"{self.path}: the filesystem does not support O_DIRECT (open "
+                            "answered EINVAL); use strategy 'pread' or 'adaptive' instead."
+                        ) from exc
+                    raise open_error(self.path, exc) from exc
+                what = "the descriptor it was opened with"
+                try:
+                    a = os.fstat(self._fd)
+                    what = "the descriptor reopened with O_DIRECT"
+                    b = os.fstat(dfd)
+                except OSError as exc:  # the open succeeded: "cannot open" said otherwise
+                    raise StorageError(
+                        exc.errno or errno.EIO,
+                        f"{self.path}: cannot stat {what}, to check they are one file "
+                        f"({exc.strerror or exc}){gone_hint(exc, self.path)}",
                     ) from exc
-                raise open_error(self.path, exc) from exc
-            what = "the descriptor it was opened with"
-            try:
-                a = os.fstat(self._fd)
-                what = "the descriptor reopened with O_DIRECT"
-                b = os.fstat(dfd)
-            except OSError as exc:  # the open succeeded: "cannot open" said otherwise
-                os.close(dfd)
-                raise StorageError(
-                    exc.errno or errno.EIO,
-                    f"{self.path}: cannot stat {what}, to check they are one file "
-                    f"({exc.strerror or exc}){gone_hint(exc, self.path)}",
-                ) from exc
-            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
-                os.close(dfd)
-                raise StorageError(
-                    errno.ESTALE,
-                    f"{self.path}: the file was replaced since it was opened (another file "
-                    "now has its name); O_DIRECT cannot reopen the one opened",
-                )
-            self._dfd = dfd
+                if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                    raise StorageError(
+                        errno.ESTALE,
+                        f"{self.path}: the file was replaced since it was opened (another "
+                        "file now has its name); O_DIRECT cannot reopen the one opened",
+                    )
+                self._dfd = dfd
+            except BaseException:
+                if dfd >= 0 and self._dfd != dfd:
+                    os.close(dfd)
+                raise
             return dfd
 
     def _check_open(self) -> None:
