@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "NAMED_PARTS",
     "SETTING_PART",
     "changes",
+    "formats_only",
     "json_value",
     "named_parts",
     "plain",
@@ -213,6 +214,15 @@ def _hint(key: str, was: Any, is_: Any) -> str:
             " (a TableSource pads a 'labels' column with ignore_index -100 since "
             "2026-12-03; pad_values={'labels': 0} pads it as the state was saved)"
         )
+    if key.endswith("window_tokens") and isinstance(was, int) and was > 0:
+        # A token source describes its window_bytes in tokens: no parameter has this
+        # name, and the shuffle goes window by window, so another window_bytes (an I/O
+        # knob, to look at it) is another order. Until 2026-12-07 told by this name alone.
+        return (
+            " (a token source's window_bytes over its tokens' item size: the saved run "
+            f"had window_bytes={was * 2:,} for 2-byte tokens, {was * 4:,} for 4-byte; "
+            "the default is 268,435,456; give it to resume exactly)"
+        )
     if key.endswith("png16") and was is None and is_ == "uint16":
         # PNG16_PART (formats); the way on is in the refusal (plan/_state.py).
         return (
@@ -220,6 +230,36 @@ def _hint(key: str, was: Any, is_: Any) -> str:
             'every bit, not its high bytes as uint8: docs/files.md, "16-bit PNGs")'
         )
     return ""
+
+
+#: Token file formats that hold their tokens from the file's first byte (a Megatron
+#: ``.bin``'s documents are in its ``.idx``, a nanoGPT file's dtype is its name's): the
+#: same file described as another of them reads the same samples.
+_SAME_TOKENS = frozenset({"raw", "nanogpt", "megatron"})
+
+
+def formats_only(saved: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """The files (named as :func:`changes` names them) whose descriptions differ only in
+    a format of :data:`_SAME_TOKENS`, where the two sides' settings and files differ in
+    nothing else; ``[]`` otherwise (or where either side names none)."""
+    if saved.get(SETTING_PART) is None or saved.get(SETTING_PART) != now.get(SETTING_PART):
+        return []
+    told, telling = _told(dict(saved), FILE_PART), _told(dict(now), FILE_PART)
+    was = None if told is None else _named(told)
+    is_ = None if telling is None else _named(telling)
+    if was is None or is_ is None or list(was) != list(is_):
+        return []
+    found = []
+    for name, said in was.items():
+        if said == is_[name]:
+            continue
+        differ = {k for k in {**said, **is_[name]} if said.get(k) != is_[name].get(k)}
+        if differ != {"format"} or not {said.get("format"), is_[name].get("format")} <= (
+            _SAME_TOKENS
+        ):
+            return []
+        found.append(name)
+    return found
 
 
 def _file_changes(told: dict[str, Any] | None, telling: dict[str, Any] | None) -> list[str]:

@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 
 from headrace.errors import StateError
-from headrace.plan._changes import NAMED_PARTS, changes, json_value, named_parts, plain
+from headrace.plan._changes import (
+    NAMED_PARTS,
+    changes,
+    formats_only,
+    json_value,
+    named_parts,
+    plain,
+)
 
 __all__ = [
     "PLAN_VERSION",
@@ -131,6 +138,11 @@ def _mixed_way_on(
     orders, and their counts at ``step`` are another tree's (within a few samples)."""
     was = {k.removeprefix("sources.") for k in saved if k.startswith("sources.")}
     is_ = {k.removeprefix("sources.") for k in now if k.startswith("sources.")}
+    if not was or not is_:
+        # A mixture's state into a loader of no mixture (or the reverse): no schedule
+        # of either can go on from the other. Until 2026-12-07 it advised one giving
+        # every saved source a weight of 0, which no Mixture takes.
+        return ""
     gone, new = sorted(was - is_), sorted(is_ - was)
     changed = [k.removeprefix("sources.") for k in differ if k.startswith("sources.")]
     changed = [n for n in changed if n in was and n in is_]
@@ -211,6 +223,22 @@ def _way_on(
 ) -> str:
     """How to go on from ``step`` when the parts ``differ`` (a refusal's last words);
     ``saved``, ``now``: both sides' parts, where known (a mixture's sources, named)."""
+    reread = [] if saved is None or now is None else formats_only(saved, now)
+    # The parts holding those files (a mixed source's, "NAME of source 'web'"), and no
+    # other, differ: a setting past those a state names would show here.
+    holders = {n.partition(" of source ")[2].strip("'") for n in reread}
+    if reread and set(differ) == {f"sources.{h}" if h else "files" for h in holders}:
+        # A Megatron .bin copied without its .idx (then opened with dtype=), or a nanoGPT
+        # file given dtype=: the same tokens, the same plan. Until 2026-12-07 the way on
+        # shuffled the epoch in progress anew, repeating and skipping samples.
+        return (
+            f"{', '.join(reread)} {'is' if len(reread) == 1 else 'are'} the same tokens "
+            "opened as another format, so this run reads the saved run's samples: go on "
+            f"exactly at step {step} by loading the saved state with this loader's own "
+            "fingerprint and parts in it: "
+            f"{_KEPT}; or open the files as the saved run did (a Megatron .bin with its "
+            ".idx beside it, a nanoGPT train.bin without dtype=)"
+        )
     if saved is not None and now is not None and any(k.startswith("sources.") for k in differ):
         mixed = _mixed_way_on(differ, step, saved, now)
         if mixed:
