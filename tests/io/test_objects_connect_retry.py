@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.server
+import logging
 import re
 import threading
 import time
@@ -120,6 +121,9 @@ def test_a_port_that_always_refuses_fails_within_the_budget_naming_url_tries_and
 ) -> None:
     t0 = time.monotonic()
     with (
+        # Each try's line: at DEBUG past a spell's first (2026-12-07: a line per try per
+        # request at WARNING drowned a user's log).
+        caplog.at_level(logging.DEBUG, logger="headrace"),
         ObjectStore(late.url, allow_http=True, retry=_policy(1.0)) as store,
         pytest.raises(TransientStorageError) as info,
     ):

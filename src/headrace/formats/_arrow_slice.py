@@ -372,6 +372,12 @@ class SubFetch:
             self._left -= 1
             self._cond.notify_all()
 
+    @property
+    def ended(self) -> bool:
+        """Whether every round of every column's GETs is done (succeeded or failed)."""
+        with self._cond:
+            return self._left == 0
+
     def batch(self) -> Any:
         """The rows as a record batch of ``names`` (in the schema's order), once every
         round of every column's GETs is done."""
@@ -422,8 +428,11 @@ def piece(
     part: RemoteArrow, group: int, first: int, n: int, names: list[str], fetched: Any = None
 ) -> Any:
     """Rows ``[first, first + n)`` of record batch ``group``'s columns ``names``: from
-    ``fetched`` (a read-ahead's :class:`SubFetch` of them) or fetched now; a failed
-    read-ahead is fetched once more, now."""
+    ``fetched`` (a read-ahead's :class:`SubFetch` of them) or fetched now. A read-ahead
+    that had failed before this read came to it (long ago, or under a store closed since)
+    is fetched once more, now; one still in flight when it came, waited on, had its tries
+    for this read: its error is this read's (fetched again, a store that stopped answering
+    took twice the retry policy's time to be said, every try logged twice)."""
     want = frozenset(names)
     ok = (
         isinstance(fetched, SubFetch)
@@ -434,12 +443,13 @@ def piece(
         if fetched is not None:
             fetched.discard()
         fetched = SubFetch(part, group, first, n, want)
+    ended = fetched.ahead and fetched.ended
     try:
         batch = fetched.batch()
     except FormatError:
         raise
     except Exception:
-        if not fetched.ahead:
+        if not ended:
             raise
         batch = SubFetch(part, group, first, n, want).batch()
     return batch

@@ -150,6 +150,7 @@ class ChunkStream(ReadOnlyFile):
         self._lock = threading.Lock()
         self._pos = 0
         self._claimed = False
+        self._error: BaseException | None = None  # a read's failed GET: the stream's
         self.closed = False
         with self._lock:
             for c in self._chunks:  # the first pieces of every chunk
@@ -195,12 +196,26 @@ class ChunkStream(ReadOnlyFile):
 
     def _wait(self, p: _Piece) -> None:
         try:
+            self._waited(p)
+        except Exception as exc:
+            # pyarrow reads on after a read raised (the next column chunk): the stream
+            # failed, and a read-ahead that failed meanwhile is not fetched again for it
+            # (a stalled store: the first error said after twice the retry policy's time).
+            self._error = exc
+            raise
+
+    def _waited(self, p: _Piece) -> None:
+        ended = p.future.done()
+        try:
             result(p.future)
         except Exception:
-            if not (p.ahead and self.ahead):
+            if not (p.ahead and self.ahead and ended):
                 raise
-            # Started by a read-ahead (maybe long ago, or before the store closed): the
-            # read that needs it tries once more, as a row group's read-ahead is retried.
+            # Started by a read-ahead that had failed before this read came to it (long
+            # ago, or before the store closed): the read tries once more, as a row
+            # group's read-ahead is retried. One still in flight, waited on, had its
+            # tries for this read (fetched again, a store that stopped answering took
+            # twice the retry policy's time to be said, every try logged twice).
             p.ahead = False
             p.future = self._file().read_into(p.buf, p.offset)
             result(p.future)
@@ -220,6 +235,8 @@ class ChunkStream(ReadOnlyFile):
                 pos += gap
                 continue
             stop = min(end, c.end)
+            if self._error is not None:
+                raise self._error
             with self._lock:
                 if self.closed:
                     raise ValueError(f"{self.name}: read of a closed stream")
@@ -241,6 +258,7 @@ class ChunkStream(ReadOnlyFile):
 
     def close(self) -> None:
         """Drop every piece (GETs in flight finish into buffers no one reads)."""
+        self._error = None  # its traceback holds a frame of this stream's: a cycle
         with self._lock:
             self.closed = True
             for c in self._chunks:

@@ -7,6 +7,16 @@ is counted in :class:`~headrace.io._object_stats.ObjectStats`, and on failure is
 mapped by :func:`~headrace.io._retry.classify` and retried after the policy's
 backoff, or raised as one of ``headrace.errors``. Both loops share the failure
 handling, so a blocking and an async read give up in the same way.
+
+A retried try is logged as a warning naming the request (URL and bytes), what it
+met, the try count and the wait. Connection failures (refused, reset, dropped) are
+the store's, not a request's: every request in flight meets them, each retried by
+time (``connect_retry_s``), and a line per try per request was 1,671 lines in 50 s
+of faults. They are said as a spell (:class:`_Down`): its first failure, then at
+most one line every ``SAY_DOWN_EVERY_S`` with the tries and requests that failed
+since the last line, and its end: a request that connected again once none is
+failing any more, or the first that gave up (its final error). Every other
+failed try of the spell goes to the DEBUG level, as said before.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import fields
 from typing import TypeVar
 
-from headrace.errors import TransientStorageError
+from headrace.errors import HeadraceError, TransientStorageError
 from headrace.io import _exit
 from headrace.io import _in_flight as in_flight
 from headrace.io._object_stats import ObjectStats
@@ -66,6 +76,44 @@ def _given(policy: RetryPolicy, *but: str) -> list[str]:
 
 _DEFAULT = RetryPolicy()
 
+# How often a spell of connection failures is said while it lasts (its other tries: DEBUG).
+SAY_DOWN_EVERY_S = 10.0
+
+# A request's mark (``tries[3]``) before it met a connection failure.
+_UP = -1
+# A request's tries so far: (attempt, throttles, started, mark); see Tries._failed.
+_Request = tuple[int, int, float, int]
+
+
+class _Down:
+    """A store's connection failures, said as a spell (see the module doc); guarded by
+    :attr:`Tries._lock`. ``line`` numbers the lines said; a request's mark is the
+    line it was last counted under, so ``requests`` counts each once a line."""
+
+    __slots__ = ("failing", "line", "requests", "said_at", "spell", "tries")
+
+    def __init__(self) -> None:
+        self.line = 0
+        self.said_at = -float("inf")  # perf_counter() of the last line
+        self.spell = False  # a spell's first line said, its end not yet
+        self.failing = 0  # requests that met a connection failure and have not ended
+        self.tries = 0  # failed tries not said since the last line ...
+        self.requests = 0  # ... and the requests they were of
+
+    def since(self) -> str:
+        """The tries not said since the last line, to add to the next one."""
+        if not self.tries:
+            return ""
+        return (
+            f"; since the last line, {self.tries} more tries of {self.requests} requests "
+            "failed to connect"
+        )
+
+    def said(self, now: float) -> None:
+        self.line += 1
+        self.said_at = now
+        self.tries = self.requests = 0
+
 
 class Tries:
     """Runs requests with ``policy``'s retries and counts their tries.
@@ -85,6 +133,7 @@ class Tries:
         self._throttled_before = 0
         self._rng = random.Random()
         self._pid = os.getpid()
+        self._down = _Down()
 
     # -- stats ------------------------------------------------------------------------------
 
@@ -131,12 +180,13 @@ class Tries:
     # -- retry loops (sync and async share _failed, classify() and the policy) -------------
 
     def _failed(
-        self, exc: BaseException, where: str, t0: float, ticket: int, tries: tuple[int, int, float]
-    ) -> tuple[float, tuple[int, int, float]]:
+        self, exc: BaseException, where: str, t0: float, ticket: int, tries: _Request
+    ) -> tuple[float, _Request]:
         """Count a failed try; raise the final error, or return the delay before the next.
 
-        ``tries`` is ``(attempt, throttles, started)``, returned updated for the
-        next try; ``started`` is the ``perf_counter()`` of the request's first try.
+        ``tries`` is ``(attempt, throttles, started, mark)``, returned updated for
+        the next try; ``started`` is the ``perf_counter()`` of the request's first
+        try, ``mark`` its place in the store's connection failures (:class:`_Down`).
         With ``adapt_in_flight``, a throttle is the store's flow control, not a
         failure: it does not use an attempt (the limit on tries in flight probes
         the store's capacity by now and then exceeding it), up to
@@ -145,12 +195,15 @@ class Tries:
         ``connect_retry_s`` of the first. Every retry backs off exponentially
         in all the tries made so far.
         """
-        attempt, throttles, started = tries
+        attempt, throttles, started, mark = tries
         policy = self.policy
         if self._pid != os.getpid():
             # A forked child (a store made before the workers were forked) had its
-            # parent's jitter, as had its siblings: all of them retried together.
+            # parent's jitter, as had its siblings: all of them retried together. Its
+            # parent's connection failures in flight are not its own.
             self._pid, self._rng = os.getpid(), random.Random()
+            with self._lock:
+                self._down = _Down()
         throttled = is_throttle(exc)
         self._limit.release(ticket, throttled=throttled)
         err, transient = classify(exc, where)
@@ -186,15 +239,19 @@ class Tries:
                     if by_time
                     else f"{attempt} of {policy.attempts}"
                 )
-                log.warning(
-                    "headrace: %s; try %s failed after %.1f s, trying again in %.1f s",
-                    err,
-                    of,
-                    now - t0,
-                    delay,
+                line = (
+                    f"headrace: {err}; try {of} failed after {now - t0:.1f} s, trying again "
+                    f"in {delay:.1f} s"
                 )
+                if is_connection_failure(exc):
+                    level, line, mark = self._connect_failed(line, mark, now)
+                    log.log(level, "%s", line)
+                else:
+                    log.warning("%s", line)
             return delay, (
-                (attempt, throttles + 1, started) if free else (attempt + 1, throttles, started)
+                (attempt, throttles + 1, started, mark)
+                if free
+                else (attempt + 1, throttles, started, mark)
             )
         if transient:
             also = f", {throttles} throttled tries" if throttles else ""
@@ -243,6 +300,54 @@ class Tries:
             # until the cyclic collector ran, never under gc.disable().
             del err, exc
 
+    def _connect_failed(self, line: str, mark: int, now: float) -> tuple[int, str, int]:
+        """A request's connection failure, to be retried: said (the first of a spell, or
+        the first after ``SAY_DOWN_EVERY_S``, with the counts since the last line) or
+        counted and left to DEBUG. Returns the level, the line and the request's mark."""
+        d = self._down
+        with self._lock:
+            if mark == _UP:
+                d.failing += 1
+            if now - d.said_at < SAY_DOWN_EVERY_S:
+                d.tries += 1
+                if mark != d.line:
+                    d.requests += 1
+                return logging.DEBUG, line, d.line
+            line += d.since()
+            if not d.spell:
+                line += (
+                    f"; connection failures of this store are said at most every "
+                    f"{SAY_DOWN_EVERY_S:g} s while they last (each try: DEBUG level)"
+                )
+            d.spell = True
+            d.said(now)
+            return logging.WARNING, line, 0  # counted again at its next try not said
+
+    def _through(self, where: str, tries: _Request) -> None:
+        """A request that met a connection failure succeeded."""
+        attempt, throttles, started, _ = tries
+        now = time.perf_counter()
+        line = (
+            f"headrace: {where}: connected again, on try {attempt + throttles} after "
+            f"{now - started:.1f} s"
+        )
+        self._ended(line, now, failed=False)
+
+    def _ended(self, end: str | None, now: float, *, failed: bool = True) -> None:
+        """A request that met a connection failure ended (``end``: its final error, or
+        how it connected, as a line; ``None``: cancelled): the spell's end is said, by
+        the first request to give up, or by one that connected once none fails any
+        more, with the counts since the last line."""
+        d = self._down
+        with self._lock:
+            d.failing -= 1
+            if end is None or not d.spell or (not failed and d.failing):
+                return
+            d.spell = False
+            line = end + d.since()
+            d.said(now)
+        log.warning("%s", line)
+
     def _settle(self, ticket: int, t0: float, nbytes: int | None) -> None:
         """Count out a try that succeeded (``nbytes``) or was abandoned (``None``)."""
         self._limit.release(ticket)
@@ -256,28 +361,37 @@ class Tries:
             in_flight.end(key)
 
     def _run(self, where: str, once: Callable[[], T], size_of: Callable[[T], int]) -> T:
-        tries = (1, 0, time.perf_counter())
-        while True:
-            ticket = self._limit.acquire_blocking()
-            if not _exit.begins():
-                # Held at exit: its slot goes back first, or an exit handler's request to
-                # this store could wait for it.
-                self._limit.release(ticket)
-                _exit.hold(where)
-            t0 = self._begin()
-            try:
-                result = once()
-            except BaseException as exc:
-                # Cancelled or interrupted: still count it out. A panic of obstore's is
-                # a failure of the request (a body cut short), said and retried as such.
-                if not isinstance(exc, Exception) and not is_panic(exc):
-                    self._settle(ticket, t0, None)
-                    raise
-                delay, tries = self._failed(exc, where, t0, ticket, tries)
-                time.sleep(delay)
-                continue
-            self._settle(ticket, t0, size_of(result))
-            return result
+        tries: _Request = (1, 0, time.perf_counter(), _UP)
+        try:
+            while True:
+                ticket = self._limit.acquire_blocking()
+                if not _exit.begins():
+                    # Held at exit: its slot goes back first, or an exit handler's request to
+                    # this store could wait for it.
+                    self._limit.release(ticket)
+                    _exit.hold(where)
+                t0 = self._begin()
+                try:
+                    result = once()
+                except BaseException as exc:
+                    # Cancelled or interrupted: still count it out. A panic of obstore's is
+                    # a failure of the request (a body cut short), said and retried as such.
+                    if not isinstance(exc, Exception) and not is_panic(exc):
+                        self._settle(ticket, t0, None)
+                        raise
+                    delay, tries = self._failed(exc, where, t0, ticket, tries)
+                    time.sleep(delay)
+                    continue
+                self._settle(ticket, t0, size_of(result))
+                if tries[3] != _UP:
+                    self._through(where, tries)
+                    tries = (*tries[:3], _UP)
+                return result
+        except BaseException as exc:
+            if tries[3] != _UP:
+                said = isinstance(exc, HeadraceError)  # not a cancel: its final error
+                self._ended(f"headrace: {exc}" if said else None, time.perf_counter())
+            raise
 
     async def arun(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
@@ -292,23 +406,32 @@ class Tries:
     async def _arun(
         self, where: str, once: Callable[[], Awaitable[T]], size_of: Callable[[T], int]
     ) -> T:
-        tries = (1, 0, time.perf_counter())
-        while True:
-            ticket = await self._limit.acquire()
-            if not _exit.begins():
-                self._limit.release(ticket)
-                await _exit.ahold(where)
-            t0 = self._begin()
-            try:
-                result = await once()
-            except BaseException as exc:
-                # Cancelled or interrupted: still count it out. A panic of obstore's is
-                # a failure of the request (a body cut short), said and retried as such.
-                if not isinstance(exc, Exception) and not is_panic(exc):
-                    self._settle(ticket, t0, None)
-                    raise
-                delay, tries = self._failed(exc, where, t0, ticket, tries)
-                await asyncio.sleep(delay)
-                continue
-            self._settle(ticket, t0, size_of(result))
-            return result
+        tries: _Request = (1, 0, time.perf_counter(), _UP)
+        try:
+            while True:
+                ticket = await self._limit.acquire()
+                if not _exit.begins():
+                    self._limit.release(ticket)
+                    await _exit.ahold(where)
+                t0 = self._begin()
+                try:
+                    result = await once()
+                except BaseException as exc:
+                    # Cancelled or interrupted: still count it out. A panic of obstore's is
+                    # a failure of the request (a body cut short), said and retried as such.
+                    if not isinstance(exc, Exception) and not is_panic(exc):
+                        self._settle(ticket, t0, None)
+                        raise
+                    delay, tries = self._failed(exc, where, t0, ticket, tries)
+                    await asyncio.sleep(delay)
+                    continue
+                self._settle(ticket, t0, size_of(result))
+                if tries[3] != _UP:
+                    self._through(where, tries)
+                    tries = (*tries[:3], _UP)
+                return result
+        except BaseException as exc:
+            if tries[3] != _UP:
+                said = isinstance(exc, HeadraceError)  # not a cancel: its final error
+                self._ended(f"headrace: {exc}" if said else None, time.perf_counter())
+            raise
