@@ -155,5 +155,6 @@ def test_a_padded_tail_is_no_label_that_differs(tmp_path: Path) -> None:
         batches = _epoch(src)
     last = src.read(0, np.array([src.samples_per_epoch - 1]))
     assert not last["loss_mask"].all()  # a padded tail was read
-    np.testing.assert_array_equal(last["y"][~last["loss_mask"]], 3)
+    # padding is no target (ignore_index, since 2026-12-07; pad_id before), nor a label warned of
+    np.testing.assert_array_equal(last["y"][~last["loss_mask"]], -100)
     assert batches

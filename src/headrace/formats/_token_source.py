@@ -537,6 +537,10 @@ class TokenSource(WindowCache):
             batch["y"] = self._targets(seed, samples, out, begins)
         if self.tail:
             batch["loss_mask"] = self._loss_mask(seed, samples)
+            if self.ignore_index is not None:
+                # Padding is never a target, as a padded labels column's: a loss that
+                # ignores -100 alone took pad_id (a real id) as the tail's next tokens.
+                np.copyto(batch["y"], self.ignore_index, where=self._padded(seed, samples))
         return batch
 
     def _targets(
@@ -663,6 +667,13 @@ class TokenSource(WindowCache):
         col = np.arange(L)
         mask: NDArray[np.bool_] = (col >= first[:, None]) & (col < (sizes - offsets - 1)[:, None])
         return mask
+
+    def _padded(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """``True`` at the targets past each sample's file: a tail's padding."""
+        files, offsets = self._file_offsets(self._plan(seed, samples))
+        sizes = np.asarray(self.layout.file_tokens, dtype=np.int64)[files]
+        padded: NDArray[np.bool_] = np.arange(self.context) >= (sizes - offsets - 1)[:, None]
+        return padded
 
     def _check_ids(
         self, seed: int, samples: NDArray[np.int64], out: NDArray[Any], vocab: int
