@@ -129,7 +129,12 @@ def test_eof_names_the_size_when_the_first_head_fails_at_once(
             store.get_many([("a.bin", 20_000, 10)])
     assert calls == ["a.bin"] * 4
     calls.clear()
-    monkeypatch.setattr(objects_mod.obs, "head", lambda *_: (calls.append("x"), 1 / 0))
+    async def broken(*_: object) -> object:
+        calls.append("x")
+        return 1 / 0
+
+    # get_range runs on the store's loop: its HEAD is obstore's head_async.
+    monkeypatch.setattr(objects_mod.obs, "head_async", broken)
     with ObjectStore(root) as store, pytest.raises(ReadEOFError, match=r"20010\): range"):
         store.get_range("a.bin", 20_000, 10)  # a HEAD that fails for good: no size, no retry
     assert calls == ["x"]

@@ -116,6 +116,13 @@ class Result:
     cached_before: float
 
 
+@dataclass(kw_only=True, slots=True)
+class TimedResult(Result):
+    """A row whose requests were timed one by one (an object's GETs, small files)."""
+
+    latency_p50_ms: float
+
+
 class ProbeInterrupted(BaseException):
     """Ctrl-C or SIGTERM mid-probe, with the report of what was measured before it
     (``report``, marked ``interrupted``) and the interrupt (``cause``) to go on with once
@@ -282,6 +289,142 @@ def _existing_file(directory: Path) -> Path | None:
                 if best is None or st.st_size > best[0]:
                     best = (st.st_size, p)
     return None if best is None else best[1]
+
+
+#: the depths a folder of small files is read at: whole files, FileSource's in_flight
+FILE_DEPTHS = (1, 4, 16, 64)
+
+
+def _small_files(directory: Path) -> dict[Path, int]:
+    """The regular files, of at least one byte, under ``directory`` and their sizes (a
+    walk in name order, of at most :data:`EXISTING_SCAN` entries)."""
+    out: dict[Path, int] = {}
+    for root, dirs, names in os.walk(directory):
+        dirs.sort()
+        for name in sorted(names):
+            if len(out) >= EXISTING_SCAN:
+                return out
+            p = Path(root, name)
+            with contextlib.suppress(OSError):  # gone, or not ours to look at
+                st = p.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+                    out[p] = st.st_size
+    return out
+
+
+def _read_files(
+    paths: list[Path], depth: int, sizes: dict[Path, int], drop_cache: bool
+) -> tuple[int, list[float], float, bool]:
+    """Each file read whole, ``depth`` at once (as FileSource reads a folder's files),
+    its pages dropped first: the bytes read, each read's seconds, the seconds all took,
+    and whether each matched its size and a second, untimed read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if drop_cache:
+        for p in paths:
+            with contextlib.suppress(OSError):
+                drop_pages(p)
+
+    def one(p: Path) -> tuple[bytes, float]:
+        t0 = time.perf_counter()
+        key = begin(str(p), 0, sizes[p])  # named by the stall line and at Ctrl-C
+        try:
+            data = p.read_bytes()
+        finally:
+            end(key)
+        return data, time.perf_counter() - t0
+
+    with ThreadPoolExecutor(depth, thread_name_prefix="headrace-probe-files") as pool:
+        t0 = time.perf_counter()
+        got = list(pool.map(one, paths))
+        seconds = time.perf_counter() - t0
+    same = all(
+        len(d) == sizes[p] and d == p.read_bytes() for (d, _), p in zip(got, paths, strict=True)
+    )
+    return sum(len(d) for d, _ in got), [t for _, t in got], seconds, same
+
+
+def probe_files(
+    folder: Path, sizes: dict[Path, int], *, ops: int, seed: int, drop_cache: bool, rounds: int = 2
+) -> dict[str, Any]:
+    """The report of a folder of small files read whole at each of :data:`FILE_DEPTHS`:
+    a folder no scratch file can be written in, with no file of 1 MiB to read at random
+    (an image dataset), was refused. Each round of each depth reads files not read
+    before while there are any (their pages dropped first), each checked against a
+    second, untimed read."""
+    paths = list(sizes)
+    order = [paths[i] for i in np.random.default_rng(seed).permutation(len(paths))]
+    typical = int(np.median(list(sizes.values())))
+    taken = 0
+    done: dict[int, list[tuple[int, int, float, list[float], bool]]] = {d: [] for d in FILE_DEPTHS}
+    stopped: KeyboardInterrupt | SystemExit | None = None
+    try:
+        for r in range(rounds):
+            for d in FILE_DEPTHS if r % 2 == 0 else FILE_DEPTHS[::-1]:
+                n = max(1, min(ops, max(4 * d, 16)))
+                batch = [order[(taken + k) % len(order)] for k in range(n)]
+                taken += n
+                work = functools.partial(_read_files, batch, d, sizes, drop_cache)
+                nbytes, took, seconds, same = _Worker(work, f"{folder}").wait()
+                done[d].append((n, nbytes, seconds, took, same))
+    except (KeyboardInterrupt, SystemExit) as exc:
+        stopped = exc
+    results: list[Result] = []
+    skipped: list[dict[str, Any]] = []
+    for d in FILE_DEPTHS:
+        if not done[d]:  # only an interrupt leaves a depth unread
+            why = "not measured" if stopped is None else interrupted_skip(stopped)
+            skipped.append({"mode": "file", "in_flight": d, "reason": why})
+            continue
+        n = sum(x[0] for x in done[d])
+        s = sum(x[2] for x in done[d])
+        ops_per_s, mb_per_s = rates(n, sum(x[1] for x in done[d]), s)
+        lat = [t for x in done[d] for t in x[3]]
+        results.append(
+            TimedResult(
+                mode="file",
+                pattern="random",
+                request_bytes=typical,
+                in_flight=d,
+                in_flight_reached=min(d, min(x[0] for x in done[d])),
+                engine="threads",
+                ops=n,
+                seconds=round(s, 6),
+                ops_per_s=ops_per_s,
+                mb_per_s=mb_per_s,
+                verified=all(x[4] for x in done[d]),
+                cached_before=0.0 if drop_cache else 1.0,
+                latency_p50_ms=round(1e3 * float(np.median(lat)), 3),
+            )
+        )
+    head = {
+        "path": str(folder),
+        "filesystem": filesystem_of(str(folder)),
+        "cache": "dropped" if drop_cache else "kept",
+        "files": len(paths),
+        "file_bytes": sum(sizes.values()),
+    }
+    return probe_report(head, rounds, results, skipped, stopped)
+
+
+def files_table(report: dict[str, Any]) -> str:
+    fs = report["filesystem"]
+    lines = [
+        f"folder {report['path']}  ({fs['fstype']} at {fs['mount']})",
+        f"{report['files']:,} files, {report['file_bytes']:,} bytes; read whole, as "
+        f"FileSource reads them; MB = 10^6 bytes; {report['rounds']} rounds, alternating "
+        "order, files not read before while any are left, their pages dropped first",
+        f"{'file bytes':>10} {'in flight':>9} {'files':>6} {'seconds':>8} {'files/s':>9} "
+        f"{'MB/s':>9} {'read p50 ms':>11}  verified",
+    ]
+    lines.extend(
+        f"{x['request_bytes']:>10} {x['in_flight']:>9} {x['ops']:>6} {x['seconds']:>8.3f} "
+        f"{x['ops_per_s'] or 0:>9,.1f} {x['mb_per_s'] or 0:>9.1f} "
+        f"{x['latency_p50_ms']:>11.2f}  {'yes' if x['verified'] else 'NO'}"
+        for x in report["results"]
+    )
+    lines.extend(f"skipped in flight {x['in_flight']}: {x['reason']}" for x in report["skipped"])
+    return "\n".join(lines)
 
 
 def _write_scratch(directory: Path, size: int, seed: int) -> Path:
@@ -902,7 +1045,11 @@ def recommend(report: dict[str, Any]) -> dict[str, Any] | None:
     at a time (see :func:`_timed_read`)."""
     results = report["results"]
     gets = [x for x in results if x["mode"] == "get"]
-    if gets:
+    files = [x for x in results if x["mode"] == "file"]
+    if files:
+        rows = files
+        what = f"whole files of about {files[0]['request_bytes']:,} bytes"
+    elif gets:
         size = min(x["request_bytes"] for x in gets)
         rows = [x for x in gets if x["request_bytes"] == size]
         what = f"GETs of {size:,} bytes"
@@ -963,7 +1110,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except (KeyboardInterrupt, SystemExit):
-        stuck = [r for r in reads_in_flight() if r.age_s >= 1.0]
+        from headrace.formats._file_list import is_object_url
+
+        # Calls on local paths (file:// URLs too) alone: an object request is on no mount
+        # (it was said so, "unmount it", of a stalled s3:// GET), and the store closed on
+        # Ctrl-C has cancelled it.
+        stuck = [
+            r
+            for r in reads_in_flight()
+            if r.age_s >= 1.0 and (not is_object_url(r.where) or r.where.startswith("file://"))
+        ]
         if stuck:
             # A stat or an O_DIRECT read already with a FUSE server (or a hard NFS
             # mount) cannot be cut short, not even by SIGKILL: the process lingered on,
@@ -1063,12 +1219,31 @@ def _run(args: argparse.Namespace) -> int:
                 return 2
             found = _existing_file(target)
             if found is None:
-                _say(
-                    f"{target}: cannot write a scratch file here ({read_only}), and no file of "
-                    "at least 1 MiB is there to read instead; give a file to probe "
-                    "(headrace probe FILE) or a writable folder",
-                )
-                return 2
+                # All its files are small (an image dataset): read them whole, as FileSource
+                # does. This was refused, and each of its files refused as too small.
+                small = _small_files(target)
+                if not small:
+                    _say(
+                        f"{target}: cannot write a scratch file here ({read_only}), and no "
+                        "file is there to read instead; give a file to probe (headrace "
+                        "probe FILE) or a writable folder",
+                    )
+                    return 2
+                try:
+                    report = probe_files(
+                        target,
+                        small,
+                        ops=args.ops,
+                        seed=args.seed,
+                        drop_cache=not args.keep_cache,
+                    )
+                except ProbeInterrupted as part:
+                    part.report["stats"] = stats
+                    part.report["read_only"] = f"{target}: {read_only}"
+                    _interrupted(args.json, part, files_table)
+                report["stats"] = stats
+                report["read_only"] = f"{target}: {read_only}"
+                return _output(args.json, report, files_table(report))
             path = str(found)
         else:
             path = str(scratch)
@@ -1078,7 +1253,9 @@ def _run(args: argparse.Namespace) -> int:
         if target.stat().st_size < MiB:
             _say(
                 f"{target}: {target.stat().st_size:,} bytes is too small to probe (at least "
-                "1 MiB); give a larger file, or a folder to write a scratch file in",
+                "1 MiB); give a larger file, a folder to write a scratch file in, or the "
+                f"folder of such files (headrace probe {target.parent.absolute()}): where no "
+                "scratch file can be written, its files are read whole, as FileSource does",
             )
             return 2
     elif "://" in args.path:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from headrace.bench._probe import Result, interrupted_skip, probe_report, rates
+from headrace.bench._probe import TimedResult, interrupted_skip, probe_report, rates
 from headrace.bench._probe_table import (
     in_flight_cell,
     interrupted_note,
@@ -45,9 +44,7 @@ _BUDGET = 256 << 20  # bytes per measurement at most
 _DEPTH_BUDGET = 1 << 30
 
 
-@dataclass(kw_only=True, slots=True)
-class _Result(Result):
-    latency_p50_ms: float
+_Result = TimedResult
 
 
 class Progress:
@@ -145,9 +142,8 @@ def probe_object(
     base, key = split_object_url(url)
     with ObjectStore(base, **store_options) as store:
         at.store = store
-        # On the store's loop, as the GETs: a blocking HEAD held the caller's thread
-        # until its timeout, and its try at exit, past a close() (stop()).
-        size = at.size = store._run(store.astat(key), "stat").size
+        # On the store's loop, as every request of a store: stop()'s close() ends it.
+        size = at.size = store.stat(key).size
         sizes = sorted({s for s in (*SIZES, row_bytes) if s <= size})
         if not sizes:
             raise ConfigError(

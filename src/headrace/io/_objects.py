@@ -7,8 +7,9 @@ returns results in request order. Every request is retried with bounded,
 jittered exponential backoff on 5xx, throttling, timeouts, dropped connections
 and truncated bodies; 403 and 404 are not retried (``headrace.io._object_tries``).
 Every error leaves as one of ``headrace.errors``, naming the object URL and byte
-range. A body shorter than asked for is never returned as data
-(``headrace.io._object_info``).
+range. Every request runs on the store's loop, the calling thread waiting: Ctrl-C
+or :meth:`ObjectStore.close` stops one stalled in flight at once. A body shorter
+than asked for is never returned as data (``headrace.io._object_info``).
 """
 
 from __future__ import annotations
@@ -229,10 +230,15 @@ class ObjectStore(Closing):
         return self.stat(key).size
 
     def stat(self, key: str) -> ObjectInfo:
-        """The object's size and entity tag (one HEAD)."""
-        store = self._live(key)
-        meta = self._tries.run(self.where(key), lambda: obs.head(store, key), lambda _: 0)
-        return info_of(meta)
+        """The object's size and entity tag (one HEAD).
+
+        Like every read here, run on the store's loop (the caller waits), not as a
+        blocking call in the caller's thread: Ctrl-C, or :meth:`close` from another
+        thread, then stops a request stalled in flight at once, where a blocking one
+        held its thread (a loader opening a source on a hung endpoint) for its timeout
+        and every retry."""
+        self._live(key)
+        return self._read(self.astat(key), self.where(key))
 
     async def astat(self, key: str) -> ObjectInfo:
         """:meth:`stat` on the event loop, so many HEADs can be in flight at once."""
@@ -246,23 +252,10 @@ class ObjectStore(Closing):
     # failed at once, as on a pooled connection the server closed after its error answer.
     # ``None`` if both fail; the short read is reported either way.
 
-    def _size_or_none(self, key: str) -> int | None:
+    async def _asize_or_none(self, key: str) -> int | None:
         for _ in range(2):
             # A request outside the store's tries, counted all the same; at exit (when the
             # tries would be held) the message goes without the size.
-            if not _exit.begins():
-                return None
-            try:
-                return int(obs.head(self._live(), key)["size"])
-            except Exception as exc:
-                if not classify(exc, "")[1]:
-                    break
-            finally:
-                _exit.end()
-        return None
-
-    async def _asize_or_none(self, key: str) -> int | None:
-        for _ in range(2):
             if not _exit.begins():
                 return None
             try:
@@ -294,14 +287,7 @@ class ObjectStore(Closing):
         where a blocking one held its thread for its timeout and every retry.
         """
         self._live(key)
-        try:
-            return self._loop_thread().run(self._aget_whole(key, expect))
-        except CancelledError:
-            if self._closed:
-                raise StorageError(
-                    f"{self.where(key)}: the store was closed during the read"
-                ) from None
-            raise
+        return self._read(self._aget_whole(key, expect), self.where(key))
 
     async def _aget_whole(
         self, key: str, expect: ObjectInfo | None = None
@@ -350,14 +336,14 @@ class ObjectStore(Closing):
         where = self.where(key)
         ranged_where = self.where(key, 0, length)  # its GET is ranged: say which bytes
 
-        def once(ranged: bool) -> tuple[memoryview, ObjectInfo]:
+        async def once(ranged: bool) -> tuple[memoryview, ObjectInfo]:
             if ranged:
-                result = obs.get(store, key, options={"range": (0, length)})
+                result = await obs.get_async(store, key, options={"range": (0, length)})
             else:
-                result = obs.get(store, key)
+                result = await obs.get_async(store, key)
             check_encoding(ranged_where if ranged else where, result.attributes)
             info = info_of(result.meta)
-            data = memoryview(result.bytes())
+            data = memoryview(await result.bytes_async())
             start, end = result.range
             if len(data) != end - start:
                 at = ranged_where if ranged else where
@@ -367,38 +353,24 @@ class ObjectStore(Closing):
         def nbytes(r: tuple[memoryview, ObjectInfo]) -> int:
             return len(r[0])
 
-        try:
-            return self._tries.run(ranged_where, lambda: once(True), nbytes)
-        except ObjectNotFoundError as exc:  # no object at all: a range says nothing more
-            raise ObjectNotFoundError(str(exc).replace(ranged_where, where, 1)) from exc
-        except ReadEOFError:  # no byte 0: the object is empty
-            data, info = self._tries.run(where, lambda: once(False), nbytes)
-            return data[:length], info
+        async def first() -> tuple[memoryview, ObjectInfo]:
+            try:
+                return await self._tries.arun(ranged_where, lambda: once(True), nbytes)
+            except ObjectNotFoundError as exc:  # no object at all: a range says nothing more
+                raise ObjectNotFoundError(str(exc).replace(ranged_where, where, 1)) from exc
+            except ReadEOFError:  # no byte 0: the object is empty
+                data, info = await self._tries.arun(where, lambda: once(False), nbytes)
+                return data[:length], info
+
+        return self._read(first(), ranged_where)
 
     def get_range(self, key: str, offset: int, length: int) -> memoryview:
         """``length`` bytes at ``offset``; :class:`ReadEOFError` if the object ends first."""
         offset, length = check_range(offset, length)
-        store = self._live(key)
+        self._live(key)
         if length == 0:
             return memoryview(b"")
-        where = self.where(key, offset, length)
-
-        def once() -> memoryview:
-            # A GET with a range (obs.get_range's request): its headers say how it is encoded.
-            result = obs.get(store, key, options={"range": (offset, offset + length)})
-            check_encoding(where, result.attributes)
-            data = memoryview(result.bytes())
-            if len(data) != length:
-                raise short_read(where, len(data), length, self._size_or_none(key), offset + length)
-            return data
-
-        try:
-            return self._tries.run(where, once, len)
-        except ReadEOFError as exc:
-            better = eof_with_size(exc, where, self._size_or_none(key), offset + length)
-            if better is exc:
-                raise
-            raise better from exc
+        return self._read(self._aget_one((key, offset, length)), self.where(key, offset, length))
 
     def get_ranges(
         self, key: str, ranges: Sequence[tuple[int, int]], *, coalesce: int = DEFAULT_COALESCE
@@ -419,9 +391,9 @@ class ObjectStore(Closing):
         hi = max(o + n for o, n in wanted)
         where = f"{self.url}/{key}, {len(wanted)} ranges within bytes [{lo}, {hi})"
 
-        def once() -> list[memoryview]:
+        async def once() -> list[memoryview]:
             try:
-                parts = obs.get_ranges(
+                parts = await obs.get_ranges_async(
                     store,
                     key,
                     starts=[o for o, _ in wanted],
@@ -431,7 +403,7 @@ class ObjectStore(Closing):
             except BaseException as exc:
                 # obstore panics slicing a coalesced body that ends before a range: one
                 # past the object's end (said as get_range says it), or a body cut short.
-                size = self._size_or_none(key) if is_panic(exc) else None
+                size = await self._asize_or_none(key) if is_panic(exc) else None
                 past = [(o, n) for o, n in wanted if size is not None and o + n > size]
                 if size is None or not past:
                     raise
@@ -441,13 +413,12 @@ class ObjectStore(Closing):
             views = [memoryview(p) for p in parts]
             for (o, n), v in zip(wanted, views, strict=True):
                 if len(v) != n:
-                    raise short_read(
-                        self.where(key, o, n), len(v), n, self._size_or_none(key), o + n
-                    )
+                    size = await self._asize_or_none(key)
+                    raise short_read(self.where(key, o, n), len(v), n, size, o + n)
             return views
 
-        views = self._tries.run(where, once, lambda vs: sum(len(v) for v in vs))
-        it = iter(views)
+        job = self._tries.arun(where, once, lambda vs: sum(len(v) for v in vs))
+        it = iter(self._read(job, where))
         return [next(it) if n > 0 else memoryview(b"") for _, n in ranges]
 
     async def aread_into(
@@ -591,6 +562,13 @@ class ObjectStore(Closing):
 
     def _run(self, job: Coroutine[Any, Any, T], what: str) -> T:
         """``job`` run on the store's loop; a close() meanwhile is said as such."""
+        return self._wait(job, f"{self.url}: store was closed during {what}")
+
+    def _read(self, job: Coroutine[Any, Any, T], where: str) -> T:
+        """``job``, a read of ``where`` (:meth:`where`), run on the store's loop."""
+        return self._wait(job, f"{where}: the store was closed during the read")
+
+    def _wait(self, job: Coroutine[Any, Any, T], closed: str) -> T:
         try:
             loop = self._loop_thread()
         except BaseException:
@@ -601,7 +579,7 @@ class ObjectStore(Closing):
         except (CancelledError, RuntimeError) as exc:
             if not self._closed:
                 raise
-            raise StorageError(f"{self.url}: store was closed during {what}") from exc
+            raise StorageError(closed) from exc
 
     def list_info(self, prefix: str = "") -> list[tuple[str, ObjectInfo]]:
         """``(key, size and ETag)`` of every object under ``prefix``, sorted by key."""
@@ -609,18 +587,20 @@ class ObjectStore(Closing):
 
         where = self.where(prefix)
 
-        def once() -> list[tuple[str, ObjectInfo]]:
-            stream = obs.list(store, prefix or None, chunk_size=1000)
+        async def once() -> list[tuple[str, ObjectInfo]]:
+            out: list[tuple[str, ObjectInfo]] = []
             try:
-                return sorted((m["path"], info_of(m)) for chunk in stream for m in chunk)
+                async for chunk in obs.list(store, prefix or None, chunk_size=1000):
+                    out.extend((m["path"], info_of(m)) for m in chunk)
             except obx.InvalidPathError as exc:
                 raise unlistable(where, exc) from exc
+            return sorted(out)
 
         if fans_out(self.url):  # many ranges at once (_object_listing)
             listed = self._run(alist_fanned(store, prefix, self._alist_try), "a listing")
             listed.sort(key=item_key)
-        else:
-            listed = self._tries.run(where, once, lambda _: 0)
+        else:  # on the loop, as every read: Ctrl-C or close() stops it (see stat)
+            listed = self._run(self._tries.arun(where, once, lambda _: 0), "a listing")
         return drop_folder_markers(named_once(where, listed), prefix)
 
     async def _alist_try(self, what: str, once: Callable[[], Awaitable[T]]) -> T:
@@ -643,11 +623,11 @@ class ObjectStore(Closing):
 
         where = self.where(prefix)
 
-        def once() -> list[tuple[str, ObjectInfo]] | None:
+        async def once() -> list[tuple[str, ObjectInfo]] | None:
             out: list[tuple[str, ObjectInfo]] = []
             try:
                 # Pages are fetched as the stream is iterated: leaving it stops the listing.
-                for chunk in obs.list(store, prefix or None, chunk_size=1000):
+                async for chunk in obs.list(store, prefix or None, chunk_size=1000):
                     out.extend((m["path"], info_of(m)) for m in chunk)
                     if len(out) > limit:
                         return None
@@ -655,7 +635,7 @@ class ObjectStore(Closing):
                 raise unlistable(where, exc) from exc
             return drop_folder_markers(named_once(where, sorted(out)), prefix)
 
-        return self._tries.run(where, once, lambda _: 0)
+        return self._run(self._tries.arun(where, once, lambda _: 0), "a listing")
 
     def folder_markers(self, keys: Sequence[str]) -> list[str]:
         """Those of ``keys``, empty objects a listing named, that are folder markers.
