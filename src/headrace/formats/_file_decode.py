@@ -34,6 +34,7 @@ from headrace.formats._npz import Inflated
 from headrace.formats._sparse import MappedImage, SparseImage
 from headrace.formats._tar import raise_broken
 from headrace.formats._tar_ranges import TarImage, TarIndexes
+from headrace.formats._tfrecord import Kinds, record_kinds, refuse_other_kinds
 from headrace.io import usable_cpus
 from headrace.io._daemon_pool import DaemonPool
 from headrace.io._waits import wait_any, wait_done
@@ -86,6 +87,8 @@ class FileDecoder:
     # The keys of the first file decoded (name, keys): every file must hold the same.
     _keys: tuple[str, list[str]] | None = field(default=None, init=False)
     _keys_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # TFRecord/ArrayRecord: the record that fixes each feature's kind of list, and those.
+    _kinds: tuple[str, Kinds] | None = field(default=None, init=False)
 
     @property
     def keys(self) -> list[str] | None:
@@ -119,7 +122,33 @@ class FileDecoder:
                 f"{self.name(f)}: holds {keys}, but {first[0]} holds {first[1]}; every "
                 "file of a dataset must hold the same keys"
             )
+        if self.config.decode and self.format.name in ("tfrecord", "array_record"):
+            record = int(rows[0]) if rows is not None and len(rows) else 0
+            with self._keys_lock:
+                if self._kinds is None:
+                    self._kinds = self._first_kinds(f, sample, record)
+            refuse_other_kinds(sample, name=self.name(f), record=record, fixed=self._kinds)
         return sample
+
+    def _first_kinds(self, f: int, sample: Sample, record: int) -> tuple[str, Kinds]:
+        """The record that fixes each feature's kind of list (``int64_list``, ``float_list``,
+        ``bytes_list``) in a TFRecord or ArrayRecord dataset, named, and those kinds: record
+        0 of the first file in listing order that holds records and decodes, in every
+        process alike (a host whose share held only a shard of bytes labels trained on
+        them, unrefused); file ``f``'s read (``sample``, its first record ``record``)
+        where it is that record, or where files cannot be fetched apart."""
+        fetch = self.fetch
+        for g in range(self.plan.num_files):
+            if fetch is None or self.plan.count(g) == 0:
+                continue
+            if g == f and record == 0:
+                break
+            try:
+                first = self._decoded(g, fetch(g), rows=np.zeros(1, np.int64))
+            except DataError:
+                continue  # damaged (or another form): it says so where it is read
+            return f"{self.name(g)}: record 0", record_kinds(first)
+        return f"{self.name(f)}: record {record}", record_kinds(sample)
 
     def _first_keys(self, f: int, keys: list[str]) -> tuple[str, list[str]]:
         """The file whose keys every file must hold, and its keys: the first file decoded

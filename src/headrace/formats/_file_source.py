@@ -396,7 +396,7 @@ class FileSource(Closing):
             rows=self._rows,
             threads=self.decode_threads,
             tar_indexes=self._indexes,
-            fetch=lambda f: me.files.fetch(f),  # (through the source: see reopen)
+            fetch=lambda f: me._fetch_apart(f),  # (through the source: see reopen)
             recheck=lambda f: me._recheck(f),
         )
         self._prefetched: set[int] = set()
@@ -627,6 +627,15 @@ class FileSource(Closing):
         # were up to twice in_flight GETs at once where files straddle the threshold.
         with self._ranged.slot():
             return self.files.fetch(f)
+
+    def _fetch_apart(self, f: int) -> Any:
+        """File ``f`` read apart from the window (the decoder's first file): whole, or
+        where it is read by records, its record image, whose decode of record 0 fetches
+        that record alone (each process fetched the first shard whole to learn the kind
+        of list each feature is, see :meth:`FileDecoder._first_kinds`)."""
+        if isinstance(self._by_rows, RangedTfrecord) and self._by_rows.applies(f):
+            return self._by_rows.image(f, None)
+        return self.files.fetch(f)
 
     def _recheck(self, f: int) -> None:
         """Refuse local file ``f`` unless it is still the version listed, by a stat (what

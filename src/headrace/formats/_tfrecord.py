@@ -62,6 +62,8 @@ __all__ = [
     "encode_tfrecord",
     "gather_records",
     "mask",
+    "record_kinds",
+    "refuse_other_kinds",
     "parse_example",
     "record_spans",
     "walk_records",
@@ -506,6 +508,48 @@ def _check_kinds(
         f"odd records, {leave}or read the records' bytes with decode=False and parse them "
         "in a transform"
     )
+
+
+#: The kind of list a record holds each feature as: ``{feature: dtype kind}``.
+Kinds = dict[str, str]
+
+
+def record_kinds(sample: Mapping[str, NDArray[Any]]) -> Kinds:
+    """The kind of list each feature of a decoded read (``{feature: 1-D object array
+    of one array a record}``, as :func:`gather_records` gives it) is held as: its first
+    record's (:func:`_check_kinds` holds every record of a read to it)."""
+    return {k: v[0].dtype.kind for k, v in sample.items() if len(v)}
+
+
+def refuse_other_kinds(
+    sample: Mapping[str, NDArray[Any]], *, name: str, record: int, fixed: tuple[str, Kinds]
+) -> None:
+    """Refuse a decoded read of file ``name`` (its first record: ``record``) holding a
+    feature as another kind of list than ``fixed`` says (``(where, kinds)``: the record
+    that fixes them, as a message names it). Its records were compared with each other
+    alone: a shard all of whose records held an int64 label as bytes was never refused,
+    and batches mixing its records with the others' came as ``object`` arrays (in torch,
+    a tensor "of different shapes", naming no record), or, in a process whose share
+    held that shard alone, as bytes."""
+    where, kinds = fixed
+    for key, got in record_kinds(sample).items():
+        want = kinds.get(key, got)
+        if got == want:
+            continue
+        others = tuple(k for k in sample if k != key)
+        leave = f"leave it out with datasets={others!r}, " if others else ""
+        why = (
+            f"holds feature {key!r} as {_LISTS[got]}, but {where} holds it as {_LISTS[want]} "
+            "(the first file's first record fixes each feature's kind, in every process): a "
+            "feature is one kind of list in every record of a dataset (tf.io.parse_example "
+            f"refuses it too); rewrite the odd records, {leave}or read the records' bytes "
+            "with decode=False and parse them in a transform"
+        )
+        exc = FormatError(f"{name}: record {record} {why}")
+        # check() lists each record of a shard so, read alone, as one problem: named one
+        # by one, a shard of 200 stopped it at most=100, naming no other shard.
+        setattr(exc, "per_file", f"{name}: a record read {why}")  # noqa: B010
+        raise exc
 
 
 def gather_records(

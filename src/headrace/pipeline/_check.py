@@ -454,7 +454,9 @@ def _bisect(
             # A token source's or a table's message names the sample as the read asked it,
             # the seed's shuffled number ("sample 26: ... (sample 41)", "row 5 (row 305 of
             # the table, sample 197)"): named as the Problem is.
-            said = str(exc)
+            # A message of the file, not the record, where the error has one (a TFRecord
+            # feature of another kind of list): a shard's records then are one line.
+            said = getattr(exc, "per_file", None) or str(exc)
             for lead in (" (", ", "):
                 if f"{lead}sample {int(samples[0])})" in said:
                     was, now = f"{lead}sample {int(samples[0])})", f"{lead}sample {number})"
