@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -23,6 +26,7 @@ __all__ = [
     "some_of",
     "unknown_keys",
     "write_json",
+    "write_whole",
 ]
 
 
@@ -175,8 +179,37 @@ def write_json(path: str, data: Any) -> None:
         sys.stdout.flush()
         return
     try:
-        with open(path, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
+        write_whole(path, json.dumps(data, indent=2) + "\n")
     except OSError as exc:
         raise ConfigError(f"--json {path}: cannot write it ({exc.strerror})") from None
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into a temporary file beside it,
+    then renamed over it. Written in place, a full disk left ``path`` cut short (a report
+    a later ``bench compare`` read as the run's); now ``path`` is the old file or the new
+    one, and the temporary file is removed. A link's file is replaced, not the link; a
+    path that is no regular file (``/dev/stdout``, a FIFO) is written as it is. An
+    ``OSError`` names ``path``, not the temporary file."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = True  # none yet (or none reachable: the open below says why)
+    if not regular:
+        with open(path, "w") as fh:
+            fh.write(text)
+        return
+    target = os.path.realpath(path)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())  # a write-back error (NFS, a full disk) is raised here
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            exc.filename = path
+        raise

@@ -13,6 +13,7 @@ import math
 import sys
 from typing import Any, TextIO
 
+from headrace._messages import write_whole
 from headrace.bench._au import MOST_ACCELERATORS
 from headrace.bench._kind import DELIVERED, TOKENS_DELIVERED
 
@@ -662,6 +663,6 @@ def report_json(report: dict[str, Any]) -> str:
 
 
 def write_json(report: dict[str, Any], path: str) -> None:
-    """:func:`report_json` to ``path``."""
-    with open(path, "w") as f:
-        f.write(report_json(report) + "\n")
+    """:func:`report_json` to ``path``, whole or not at all (:func:`write_whole`: a full
+    disk leaves the file there before, not one cut short)."""
+    write_whole(path, report_json(report) + "\n")

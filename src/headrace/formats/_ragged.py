@@ -189,7 +189,8 @@ class Ragged:
 
     ``offsets`` has one more entry than there are rows and never decreases;
     ``offsets[0]`` need not be 0 (a slice of a larger buffer keeps its
-    offsets). This is how tables hand token lists to :func:`headrace.collate.pad_batch`
+    offsets). They are int64, or int32 (Arrow's ``list`` offsets), which are widened to
+    int64. This is how tables hand token lists to :func:`headrace.collate.pad_batch`
     without building one Python object per row. ``values`` of more than one dimension
     hold items of a shape (a row of boxes: ``values`` of shape ``(N, 4)``), counted by
     ``offsets`` along the first axis and padded as whole items.
@@ -206,8 +207,13 @@ class Ragged:
                 f"Ragged offsets must be 1-D with at least one entry (got shape "
                 f"{self.offsets.shape})"
             )
+        if self.offsets.dtype == np.int32:  # Arrow's list offsets: widened, losing nothing
+            object.__setattr__(self, "offsets", self.offsets.astype(np.int64))
         if self.offsets.dtype != np.int64:
-            raise ConfigError(f"Ragged offsets must be int64 (got {self.offsets.dtype})")
+            raise ConfigError(
+                f"Ragged offsets must be int64 (or int32) (got {self.offsets.dtype}): pass "
+                "offsets.astype(np.int64)"
+            )
         first, last = int(self.offsets[0]), int(self.offsets[-1])
         if first < 0 or last > len(self.values):
             raise ConfigError(

@@ -39,7 +39,13 @@ from headrace.formats._positions import bos_positions, document_positions, eos_p
 from headrace.formats._token_checks import check_files, check_positions, describe_files
 from headrace.formats._token_paths import expand_token_paths
 from headrace.formats._token_window import TokenStats, TokenWindow
-from headrace.formats._tokens import NoDtypeError, TokenFile, TokenFormat, index_path
+from headrace.formats._tokens import (
+    NoDtypeError,
+    NpyTokensError,
+    TokenFile,
+    TokenFormat,
+    index_path,
+)
 from headrace.formats._vocab import (
     check_pad_in_vocab,
     check_vocab_fits,
@@ -310,6 +316,24 @@ class TokenSource(WindowCache):
                 "with this .bin beside it (Megatron-LM writes the pair); for EOS-separated "
                 "documents use positions='eos', eos_id=..."
             ) from exc
+        except NpyTokensError as exc:
+            self._close_stores()
+            if positions != "documents":
+                raise
+            # Written raw as the message says, the tokens lose their documents, and are
+            # refused again for having no bounds (until 2026-12-07).
+            told = FormatError(
+                f"{exc.found} Raw tokens have no document bounds for positions='documents': "
+                "write the documents as token lists, from their offsets (n + 1 of them, 0 "
+                "first): col = pa.LargeListArray.from_arrays(offsets, tokens), into an Arrow "
+                "IPC file (pa.ipc.new_file), then TokenSource(table_token_files(path), "
+                "positions='documents') (docs/rows.md, 'Packed sequences from a tokenized "
+                "table'); for EOS-separated documents use positions='eos', eos_id=..."
+            )
+            for note in getattr(exc, "__notes__", ()):  # the other files that failed
+                told.add_note(note)
+            setattr(told, "others_failed", getattr(exc, "others_failed", []))  # noqa: B010
+            raise told from exc
         except BaseException:
             self._close_stores()  # the stores opened to check the files: leave no threads
             raise

@@ -45,6 +45,7 @@ __all__ = [
     "index_path",
     "LLMC_HEAD",
     "NoDtypeError",
+    "NpyTokensError",
     "open_token_file",
     "reads_head",
     "refuse_npy_tokens",
@@ -66,6 +67,14 @@ class NoDtypeError(ConfigError):
 
     #: The file: a source reading documents names its missing ``.idx`` (index_path).
     path: str = ""
+
+
+class NpyTokensError(FormatError):
+    """An NPY file opened as raw tokens. Told apart so that a source reading documents
+    can say what keeps them: the raw tokens this message says to write have no bounds."""
+
+    #: What the file was found to be: the message less what to do about it.
+    found: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +369,7 @@ def describe_token_file(
         raise
     idx = index_path(p)
     side = _sidecar_path(p)
+    given = format  # auto's choice replaces it below
     index = files.index(idx, size) if format in ("auto", "megatron") else None
     side_raw: bytes | None = None
     if format == "llmc":
@@ -389,10 +399,19 @@ def describe_token_file(
         if dtype is None and side_dt is None:
             if head is not None:  # an NPY or text file: no dtype would help, so say that first
                 check_token_head(p, format, size, head, files)
+            # A .bin may be a Megatron-LM one whose .idx was not copied: given a dtype, it
+            # would read as raw tokens, without its documents (until 2026-12-07 unsaid).
+            lone = p.endswith(".bin") and given == "auto"
             no_dtype = NoDtypeError(
                 f"{p}: raw token file needs a dtype: pass the one it was written with, "
                 f"dtype='uint16', 'uint32' or 'int32', or write {side} with "
                 f'{{"dtype": ...}}'
+                + (
+                    f"; there is no Megatron index at {idx} either: if it is a Megatron-LM "
+                    ".bin, copy the .idx written with it beside it"
+                    if lone
+                    else ""
+                )
             )
             no_dtype.path = p
             raise no_dtype
@@ -635,10 +654,13 @@ def refuse_npy_tokens(p: str, head: memoryview, files: TokenFiles | None = None)
         assert more is not None  # asked of the file itself, not of a listing
         return more[offset:]
 
-    refuse_npy_as_raw(
-        at,
-        p,
-        "tokens",
-        "Write the tokens raw (np.asarray(tokens, dtype=np.uint16).tofile(path)), or "
-        "copy them out: np.load(path, mmap_mode='r').tofile(path_of_raw_file)",
-    )
+    try:
+        refuse_npy_as_raw(at, p, "tokens", "")
+    except FormatError as exc:
+        found = str(exc).rstrip()
+        err = NpyTokensError(
+            f"{found} Write the tokens raw (np.asarray(tokens, dtype=np.uint16).tofile(path)), "
+            "or copy them out: np.load(path, mmap_mode='r').tofile(path_of_raw_file)"
+        )
+        err.found = found
+        raise err from None
