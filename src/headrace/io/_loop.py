@@ -93,6 +93,8 @@ class LoopThread:
             # Interrupted (Ctrl-C) or failed: make sure nothing keeps running behind our back.
             future.cancel()
             raise
+        finally:
+            del future  # (the error's traceback holds this frame: see result())
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; its result as a future (not waited for).

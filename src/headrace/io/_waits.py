@@ -69,7 +69,13 @@ def wait_any(futures: Iterable[Future[Any]]) -> None:
 def result(future: Future[T]) -> T:
     """``future.result()``, waited for by :func:`wait_done`."""
     _wait([future], need_all=True)
-    return future.result()
+    try:
+        return future.result()
+    finally:
+        # A failure's traceback holds this frame, which held the future holding the
+        # failure: a cycle that kept a dropped store (its connections, its loop thread)
+        # until the collector ran (a missing sidecar's 404, looked for by each source).
+        del future
 
 
 def _wait(futures: list[Future[Any]], *, need_all: bool) -> None:
