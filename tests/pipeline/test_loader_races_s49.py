@@ -410,9 +410,9 @@ def test_a_close_among_a_failed_chunks_reads_again_reopens_no_file(
         next(it)
     closer.join(_BOUND_S)
     assert not closer.is_alive()
-    assert all("gave up on the read-ahead thread" in w for w in said) and len(said) == (
-        prefetch > 0
-    )
+    # The read close() gave up on returns once the source is closed: its thread is joined,
+    # not warned of as left behind (as it was until 2026-12-07).
+    assert said == []
     _until(lambda: not _prefetch_threads())  # the read it gave up on is over
     assert src.reopened == 0
     assert not _prefetch_threads()

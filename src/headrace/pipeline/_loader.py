@@ -940,16 +940,31 @@ class Loader(Closing):
             self._left = None
         return self._left is not None
 
+    def _unwound(self, producers: list[Prefetcher], timeout: float) -> bool:
+        """Wait up to ``timeout`` for the threads of ``producers`` (and of one left
+        inside a read) to end; whether all have."""
+        deadline = time.monotonic() + timeout
+        threads = [p.thread for p in producers]
+        if self._left is not None:
+            threads.append(self._left.thread)
+        for thread in threads:
+            if thread.is_alive():  # (a thread an interrupt kept from starting: not joined)
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return not self._left_reading() and not any(t.is_alive() for t in threads)
+
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         """Stop the producer thread and release the source's files, within about 1.2 s.
 
-        A read that storage does not answer by then is left behind on its daemon
-        thread, and the source is closed when it returns (:mod:`._shutdown`); a
-        ``RuntimeWarning`` says so, unless that read has so far run no longer than 4x
-        this loader's mean read (slow, not stalled). Closing again does nothing; a
-        close() from another thread (or a signal handler) while one runs returns once
-        that one is done, and the next close() finishes one that an interrupt cut short.
+        A read still waiting on storage then is ended by the source's close(), where
+        that cancels it (an object store's requests), and its thread joined; one stuck
+        in the kernel (a hung mount) is left behind on its daemon thread, and the
+        source is closed when it returns (:mod:`._shutdown`); a ``RuntimeWarning``
+        says so, naming the reads in flight, unless that read has so far run no
+        longer than 4x this loader's mean read (slow, not stalled). Closing again
+        does nothing; a close() from another thread (or a signal handler) while one
+        runs returns once that one is done, and the next close() finishes one that an
+        interrupt cut short.
         """
         if self._closed and self._pid == os.getpid():
             return
@@ -998,11 +1013,25 @@ class Loader(Closing):
             except Exception:
                 self._closed = True  # the source's own error, raised once: not closed again
                 raise
+            if closed and not stopped:
+                # It closed under the read lock: the read the stop gave up on has returned
+                # (an object store's close() cancels its requests in flight), and its
+                # thread only unwinds now: joined (until 2026-12-07 left behind, and warned
+                # of as stalled storage, for every object store that stopped answering),
+                # within the close's bound (a transform it runs after a read may be long).
+                left = max(timeout + SOURCE_CLOSE_S - (time.monotonic() - t0), SOURCE_CLOSE_S)
+                stopped = self._unwound(stopping, left)
         self._closed = True  # before the warning: -W error must not undo the close
         slow = not stopped and self._in_stride(inside)  # ends soon; the source closes then
         if warn and not (stopped and closed) and not slow:
             warn_user(
-                left_behind(type(self.source).__name__, stopped, inside, time.monotonic() - t0),
+                left_behind(
+                    type(self.source).__name__,
+                    stopped,
+                    inside,
+                    time.monotonic() - t0,
+                    reads_in_flight(),
+                ),
                 RuntimeWarning,
                 varies=True,
             )

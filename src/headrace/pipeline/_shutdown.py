@@ -10,7 +10,10 @@ own lock (held by the stuck read) or for reads in flight that write into memory
 it would release; run on its own thread, it does that without holding the
 caller, and releases the source's files and memory once the stuck read returns,
 never under it. An object store's ``close()`` cancels its GETs first, so there it
-ends at once. What was left behind is said in a warning.
+ends at once, the stuck read returns, and the read-ahead thread is joined: nothing
+is left behind and nothing is said (until 2026-12-07 every store that stopped
+answering got the warning below). What was left behind (a read stuck in the
+kernel) is said in a warning, naming the reads in flight.
 
 Loaders not closed when the interpreter exits are closed by :func:`close_open`,
 with the same bound (no warning: the process is going).
@@ -22,8 +25,10 @@ import atexit
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
+
+from headrace.io import ReadInFlight
 
 __all__ = ["EXIT_CLOSE_S", "SOURCE_CLOSE_S", "close_source", "closed_at_exit", "left_behind"]
 
@@ -34,6 +39,9 @@ EXIT_CLOSE_S = 1.0
 #: At least this long for a source's close(), even after the stop took the whole wait:
 #: an object store's close() cancels its GETs and returns in a few ms.
 SOURCE_CLOSE_S = 0.2
+
+#: How many reads in flight the warning names (the oldest: those a stalled mount holds).
+_NAMED = 3
 
 
 class _Closable(Protocol):
@@ -87,19 +95,31 @@ def close_source(
 
 
 def left_behind(
-    name: str, stopped: bool, inside: tuple[int, int, float] | None, took: float
+    name: str,
+    stopped: bool,
+    inside: tuple[int, int, float] | None,
+    took: float,
+    reads: Sequence[ReadInFlight] = (),
 ) -> str:
     """What a loader's close() gave up waiting for, and what becomes of it: the
     read-ahead thread inside a read of steps ``inside = (first, last, since)`` (not
-    ``stopped``), or the source's close() (``name``: the source's type)."""
+    ``stopped``), waiting on ``reads`` (this process's in flight, oldest first), or the
+    source's close() (``name``: the source's type)."""
     if not stopped:
         what = f"still inside {name}.read"
         if inside is not None:
             lo, hi, since = inside
             what += f" of steps {lo}-{hi}, for {time.monotonic() - since:.1f} s"
+        on = ""
+        if reads:
+            more = f", and {len(reads) - _NAMED} more" if len(reads) > _NAMED else ""
+            on = (
+                f"; this process's reads in flight: "
+                f"{', '.join(str(r) for r in reads[:_NAMED])}{more}"
+            )
         return (
-            f"Loader.close(): gave up on the read-ahead thread, {what} (stalled storage?). "
-            "Left behind on daemon threads: that read, whose batches are dropped, and "
+            f"Loader.close(): gave up on the read-ahead thread, {what} (stalled storage?)"
+            f"{on}. Left behind on daemon threads: that read, whose batches are dropped, and "
             f"the {name}'s close(), which releases its files and memory when the read "
             "returns. Until then a new Loader over this same source object waits for "
             "it; a new source over the same files does not."
