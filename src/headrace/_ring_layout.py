@@ -116,6 +116,12 @@ class Doing:
         cells[_DOING.size : _DOING.size + len(name)] = name
         _DOING.pack_into(cells, 0, count + 2, t0, first, last, len(name))
 
+    def started(self) -> bool:
+        """In the main process: whether the worker's own code has begun (it tells at once),
+        which comes after its import of the main module; a worker still importing it, stuck
+        in the script's unguarded top-level code, has not."""
+        return bool(_DOING.unpack_from(memoryview(self.block).cast("B"))[0])
+
     def now(self) -> Running | None:
         """In the main process: what the worker runs (``None``: nothing, or it would not
         hold still)."""

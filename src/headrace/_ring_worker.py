@@ -311,6 +311,7 @@ def _worker(
     a persistent worker then waits for its next run (:class:`_Inbox`), and begins it
     with ``_STARTED``, after everything it sent for the last. What transform or Mapped fn
     it runs, the oldest, goes to ``doing``, which the main process's stall warning names."""
+    doing.tell(None)  # started: the stall warning no longer suspects the main module's import
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
     publish_running(lambda now: doing.tell(now[0] if now else None))
     named = _Named()

@@ -15,6 +15,7 @@ never load it.
 
 from __future__ import annotations
 
+import ast
 import atexit
 import collections
 import mmap
@@ -22,6 +23,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -223,6 +225,9 @@ class WorkerBatches:
         return False
 
     def _start(self) -> None:
+        unguarded = _unguarded_main()
+        if unguarded is not None:
+            raise ConfigError(unguarded)
         k = self.cfg.workers
         self._pending = collections.deque()
         self._rings = [None] * k
@@ -338,7 +343,9 @@ class WorkerBatches:
         return StallWatch(
             after,
             lambda: t,
-            lambda waited, at: worker_stall_message(waited, at, w, k, pid, doing.now()),
+            lambda waited, at: worker_stall_message(
+                waited, at, w, k, pid, doing.now(), doing.started(), _main_script()
+            ),
         )
 
     def _receive_watched(
@@ -620,6 +627,99 @@ _NEVER_STARTED = (
     "stderr above. Worker processes start with forkserver or spawn and import the main "
     'module, so a script must start iterating under `if __name__ == "__main__":`.'
 )
+
+
+def _main_script() -> str | None:
+    """The main module's file, where each worker imports it again, running its top-level
+    code (as ``multiprocessing.spawn`` decides: not a package's ``__main__``, nor IPython)."""
+    main = sys.modules.get("__main__")
+    path: str | None = getattr(main, "__file__", None)
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if path is None or (name is not None and name.rpartition(".")[2] == "__main__"):
+        return None
+    if name is None and os.path.splitext(os.path.basename(path))[0] == "ipython":
+        return None
+    return path
+
+
+#: Where a line may be guarded (``if __name__ == "__main__":``, or a form of it), or
+#: runs only when called: what these hold is taken as not run again by a worker.
+_GUARDS = (ast.If, ast.IfExp, ast.Match, ast.BoolOp)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _top_level(path: str) -> tuple[list[str], list[ast.AST], list[ast.stmt | ast.expr]]:
+    """The script's lines, its statements outside any guard or function (run again by
+    each worker), and its guards (parsed at each start: a few ms a script)."""
+    with open(path, "rb") as fh:
+        source = fh.read()
+    tree = ast.parse(source)
+    guards: list[ast.stmt | ast.expr] = [n for n in ast.walk(tree) if isinstance(n, _GUARDS)]
+
+    def unguarded(node: ast.AST) -> Iterator[ast.AST]:
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _GUARDS + _SCOPES):
+                yield child
+                yield from unguarded(child)
+
+    lines = source.decode(errors="replace").splitlines()
+    return lines, list(unguarded(tree)), guards
+
+
+def _unguarded_main() -> str | None:
+    """Why starting workers here would fail, or hang: the main module, which each worker
+    imports again, calls ``init_process_group`` (a worker of rank 0 then failed on its
+    store's taken port, the other ranks' joined the group a second time and waited for
+    good, under torchrun every rank's), or starts them, outside ``if __name__ ==
+    "__main__":``; ``None`` where it does not, or where that cannot be told (no script,
+    or a condition around the line: it may be the guard)."""
+    path = _main_script()
+    if path is None:
+        return None
+    try:
+        lines, nodes, guards = _top_level(path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    main = vars(sys.modules["__main__"])
+    frame = sys._getframe(1)
+    while frame.f_back is not None and not (
+        frame.f_globals is main and frame.f_code.co_name == "<module>"
+    ):
+        frame = frame.f_back
+    here = frame.f_lineno if frame.f_globals is main else None
+
+    def where(line: int) -> str:
+        return f"{path} line {line} (`{lines[line - 1].strip()}`)"
+
+    fix = (
+        'Guard the script\'s top level with `if __name__ == "__main__":` (or call a main() '
+        "from there), or use num_workers=0."
+    )
+    for node in nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        if name == "init_process_group":
+            return (
+                f"{where(node.lineno)} starts a torch.distributed group in the script's "
+                'top-level code, outside `if __name__ == "__main__":`. headrace\'s worker '
+                "processes import the main module again (forkserver and spawn do), which "
+                "would run it again in each: joining the group a second time, a worker fails "
+                "(rank 0's, on its store's taken port) or waits for good (the other ranks', or "
+                f"every rank's under torchrun). {fix}"
+            )
+    if here is None or any(n.lineno <= here <= (n.end_lineno or 0) for n in guards):
+        return None
+    statements = (n for n in nodes if isinstance(n, ast.stmt))
+    if not any(n.lineno <= here <= (n.end_lineno or 0) for n in statements):
+        return None
+    return (
+        f"{where(here)} starts headrace's worker processes from the script's top-level "
+        'code, outside `if __name__ == "__main__":`. Each worker imports the main module '
+        "again (forkserver and spawn do), which runs that code again there: it would start "
+        "workers of its own, and run the rest again (a second init_process_group waits for "
+        f"good). {fix}"
+    )
 
 
 def _ended(exitcode: int | None, step: int) -> str:

@@ -315,14 +315,17 @@ def test_a_killed_worker_is_named_with_its_signal_and_the_other_stopped(
 def test_a_script_without_the_main_guard_is_told_how_to_fix_it(root: Path, tmp_path: Path) -> None:
     # Workers start with forkserver: each imports the main module, which starts workers
     # again; multiprocessing ends the worker with code 1 before any headrace code runs.
+    # Under a condition, which the start's own check takes for a guard (a script with
+    # none is refused before any worker starts: test_unguarded_ranks_s56.py).
     script = tmp_path / "unguarded.py"
     script.write_text(
         "from pathlib import Path\n"
         "from _adapter_data import BATCH, token_source\n"
         "from headrace import torch as ht\n"
         f"ds = ht.TorchDataset(token_source(Path({str(root)!r})), batch_size=BATCH, steps=4)\n"
-        "for _ in ht.HeadraceDataLoader(ds, num_workers=1):\n"
-        "    pass\n"
+        "if True:\n"
+        "    for _ in ht.HeadraceDataLoader(ds, num_workers=1):\n"
+        "        pass\n"
     )
     done = run_script(script)
     assert done.returncode == 1

@@ -168,12 +168,30 @@ def _on_steps(first: int, last: int) -> str:
 
 
 def worker_stall_message(
-    waited_s: float, step: int, worker: int, workers: int, pid: int, doing: Running | None = None
+    waited_s: float,
+    step: int,
+    worker: int,
+    workers: int,
+    pid: int,
+    doing: Running | None = None,
+    started: bool = True,
+    script: str | None = None,
 ) -> str:
     """The warning for a main process that has waited ``waited_s`` for step ``step``
     from worker process ``worker`` (of ``workers``, process ``pid``); ``doing``: the
     transform or Mapped fn that worker runs now (until 2026-12-07 never named
-    here, only on the worker's stderr, and this said "stalled storage?")."""
+    here, only on the worker's stderr, and this said "stalled storage?"). A worker not
+    ``started`` is still importing the main module (``script``, which it runs again):
+    an unguarded ``init_process_group`` there waited for good, and this blamed storage."""
+    if not started:
+        return (
+            f"headrace: no batch for {waited_s:.1f} s (step {step}): worker {worker} of "
+            f"{workers} (pid {pid}) has not started after {waited_s:.1f} s: it may be stuck "
+            f"importing the main module{f' {script}' if script else ''}, whose top-level "
+            "code each worker runs again (forkserver and spawn import it; a second "
+            "init_process_group there waits for good). Guard the script's top level "
+            'with `if __name__ == "__main__":`.'
+        )
     if doing is not None:
         return (
             f"headrace: no batch for {waited_s:.1f} s (step {step}): waiting for worker "
