@@ -89,6 +89,9 @@ class FileDecoder:
     _keys_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     # TFRecord/ArrayRecord: the record that fixes each feature's kind of list, and those.
     _kinds: tuple[str, Kinds] | None = field(default=None, init=False)
+    # The kinds of the first file in listing order, which _first_keys decoded apart:
+    # _first_kinds's too (each fetched it whole, so a process fetched that file twice).
+    _first_read: tuple[int, Kinds] | None = field(default=None, init=False)
 
     @property
     def keys(self) -> list[str] | None:
@@ -143,6 +146,9 @@ class FileDecoder:
                 continue
             if g == f and record == 0:
                 break
+            read = self._first_read
+            if read is not None and read[0] == g:
+                return f"{self.name(g)}: record 0", read[1]
             try:
                 first = self._decoded(g, fetch(g), rows=np.zeros(1, np.int64))
             except DataError:
@@ -171,7 +177,10 @@ class FileDecoder:
             if self.plan.count(g) == 0:
                 continue
             try:
-                return self.name(g), sorted(self._decoded(g, self.fetch(g)))
+                sample = self._decoded(g, self.fetch(g))
+                if self.format.name in ("tfrecord", "array_record"):
+                    self._first_read = (g, record_kinds(sample))
+                return self.name(g), sorted(sample)
             except UnsupportedFormError:
                 raise  # not corrupt (see _checked)
             except DataError:

@@ -48,18 +48,24 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
 
     def loop() -> None:
         nonlocal stop
-        active.append(None)  # before looking at stop: see the wait below
+        while not stop:
+            i = next(counter)  # itertools.count is atomic under the GIL
+            if i >= n:
+                return
+            try:
+                read(i)
+            except BaseException as exc:  # re-raised below, after the others
+                errors.append((i, exc))
+                stop = True
+                return
+
+    def pooled() -> None:
+        # Counted (a pool thread, which no Ctrl-C reaches) before it looks at stop: see
+        # the wait below. The caller's own loop is not: an interrupt between its count
+        # and its try left the count up, and the wait spun for ever.
+        active.append(None)
         try:
-            while not stop:
-                i = next(counter)  # itertools.count is atomic under the GIL
-                if i >= n:
-                    return
-                try:
-                    read(i)
-                except BaseException as exc:  # re-raised below, after the others
-                    errors.append((i, exc))
-                    stop = True
-                    return
+            loop()
         finally:
             active.pop()
 
@@ -67,7 +73,7 @@ def run_batch(n: int, read: Callable[[int], None], *, depth: int, pool: Executor
     try:
         for _ in range(depth - 1):
             try:
-                futures.append(pool.submit(loop))
+                futures.append(pool.submit(pooled))
             except RuntimeError:
                 # No thread for another loop ("can't start new thread" at the process's
                 # limit, a pool shut down at exit): raised from here, it left the loops
