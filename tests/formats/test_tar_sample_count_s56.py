@@ -23,6 +23,9 @@ from headrace.errors import DataError
 from headrace.formats import FileSource, IterableFiles
 from headrace.plan._permute import retry_rows
 
+# Stock DataLoader workers fork: a test process that imported JAX earlier warns.
+pytestmark = pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+
 SHARDS, PER = 20, 50
 #: (shard, sample) -> how it is broken: 2 without their caption, 3 JPEGs cut short.
 FIVE = {(1, 3): "nocap", (4, 10): "badjpg", (7, 49): "nocap", (12, 0): "badjpg", (18, 25): "badjpg"}

@@ -61,7 +61,7 @@ from headrace.io._object_stats import ObjectStats
 from headrace.io._object_tries import Tries
 from headrace.io._put import takes_metadata
 from headrace.io._ranges import at_least
-from headrace.io._retry import RetryPolicy, classify, is_panic
+from headrace.io._retry import RetryPolicy, classify, is_panic, summarize
 from headrace.io._runtime_fork import check_runtime
 
 __all__ = [
@@ -403,8 +403,16 @@ class ObjectStore(Closing):
             except BaseException as exc:
                 # obstore panics slicing a coalesced body that ends before a range: one
                 # past the object's end (said as get_range says it), or a body cut short.
-                size = await self._asize_or_none(key) if is_panic(exc) else None
+                panic = is_panic(exc)
+                size = await self._asize_or_none(key) if panic else None
                 past = [(o, n) for o, n in wanted if size is not None and o + n > size]
+                if panic and not past:
+                    # A body shorter than asked: retried as any cut short is. (The async
+                    # call's panic keeps none of its words, by which classify() knew it.)
+                    raise TransientStorageError(
+                        f"{where}: response body was cut short (obstore panicked: "
+                        f"{summarize(exc)})"
+                    ) from exc
                 if size is None or not past:
                     raise
                 o, n = past[0]

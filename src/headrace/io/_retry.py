@@ -353,9 +353,13 @@ def _container_first(where: str) -> str:
 
 def is_panic(exc: BaseException) -> bool:
     """Whether ``exc`` is a panic of obstore's Rust code (pyo3's ``PanicException``, a
-    ``BaseException``, so no ``except Exception`` catches it)."""
+    ``BaseException``, so no ``except Exception`` catches it; from an ``*_async`` call,
+    ``RustPanic``, which keeps none of the panic's words: "unknown error")."""
     kind = type(exc)
-    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
+    return (kind.__name__, kind.__module__) in (
+        ("PanicException", "pyo3_runtime"),
+        ("RustPanic", "pyo3_async_runtimes"),
+    )
 
 
 # A panic's words when it cut the ranges of a coalesced GET out of a body shorter than
