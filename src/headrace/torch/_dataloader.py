@@ -26,7 +26,7 @@ from headrace.torch._dataset import TorchDataset
 from headrace.torch._fork_server import preload
 from headrace.torch._ragged import RaggedTensorBatch
 from headrace.torch._tensors import TensorBatch, from_numpy, pinnable, tensorable, to_tensors
-from headrace.torch._wrappers import lightning_prefetched
+from headrace.torch._wrappers import hf_causal_lm, lightning_prefetched, refuse_shifted_twice
 
 __all__ = ["WORKER_CHUNK_BYTES", "HeadraceDataLoader"]
 
@@ -273,11 +273,16 @@ class HeadraceDataLoader(Closing):
         # of each of max_epochs epochs, and asks an empty one for nothing.
         moved = self.dataset._went  # an iteration left it there, no state loaded since
         self.dataset._going_again("HeadraceDataLoader")
-        batches = self._iterate(moved)
+        batches = self._iterate(moved, hf_causal_lm())
         self.dataset._live = weakref.ref(batches)
         return batches
 
-    def _iterate(self, moved: bool) -> Iterator[TensorBatch | RaggedTensorBatch]:
+    def _iterate(
+        self, moved: bool, hf_model: str | None = None
+    ) -> Iterator[TensorBatch | RaggedTensorBatch]:
+        """The batches, from the dataset's step; ``hf_model``: the causal LM a Hugging
+        Face Trainer gives them to, whose first batch is checked for fields it cannot
+        take as headrace gives them (``refuse_shifted_twice``)."""
         ds = self.dataset
         ds._check_ranks()
         # A finished or broken-off exact pass (epochs=) starts over: each evaluation is
@@ -295,6 +300,9 @@ class HeadraceDataLoader(Closing):
                 # The dataset's loader counts the steps (a batch lost on its way to
                 # tensors not among them).
                 for tensors in ds._tensors(ds.iter_arrays(), pin_memory=self.pin_memory):
+                    if hf_model is not None:
+                        refuse_shifted_twice(tensors, hf_model)
+                        hf_model = None
                     yield tensors
                     self._check_current(generation)
             except Exception as exc:
@@ -343,6 +351,9 @@ class HeadraceDataLoader(Closing):
                 # iterator must not hold a slot, and so its ring's mapping, once closed.
                 out = [self._from_slot(batch)]
                 del batch
+                if hf_model is not None:
+                    refuse_shifted_twice(out[0], hf_model)
+                    hf_model = None
                 # Counted once its tensors are made (pinning may be interrupted): what
                 # self.step, and a new loader over ds, go on from.
                 step += 1

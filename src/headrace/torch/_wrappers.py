@@ -44,10 +44,12 @@ from typing import Any
 from headrace.errors import ConfigError
 
 __all__ = [
+    "hf_causal_lm",
     "lightning_evaluation",
     "lightning_prefetched",
     "lightning_resumed",
     "lightning_taken",
+    "refuse_shifted_twice",
     "refuse_wrappers",
     "self_of",
 ]
@@ -285,3 +287,73 @@ def lightning_evaluation() -> tuple[Any, object] | None:
             return None if state is None else (trainer, getattr(state, "stage", None))
         frame = frame.f_back
     return None
+
+
+def hf_causal_lm() -> str | None:
+    """The class name of the model that a Hugging Face ``Trainer`` up the caller's stack
+    trains, where the model's loss shifts its labels (a causal LM: the Trainer's own
+    ``_loss_shifts_labels``); ``None`` where there is none."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        # transformers.trainer's frames alone: each read copies a frame's locals (see
+        # _FRAMEWORKS), and the Trainer iterates the loader in its own module.
+        obj = self_of(frame, ("transformers.trainer",))
+        if obj is not None and "transformers.trainer.Trainer" in _kinds(obj):
+            model = getattr(obj, "model", None)
+            if getattr(obj, "_loss_shifts_labels", False) is True or _causal_lm(model):
+                return type(model).__name__
+            return None
+        frame = frame.f_back
+    return None
+
+
+def _causal_lm(model: object) -> bool:
+    """Whether ``model`` is (or derives from) a class that transformers' auto classes
+    name a causal LM: the Trainer's ``_loss_shifts_labels`` goes by the model's
+    ``loss_type``, which ``GPT2LMHeadModel`` (transformers 5.25) does not set."""
+    auto = sys.modules.get("transformers.models.auto.modeling_auto")
+    names: set[str] = set()
+    for value in getattr(auto, "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", {}).values():
+        names.update((value,) if isinstance(value, str) else value)
+    return not names.isdisjoint(cls.__name__ for cls in type(model).__mro__)
+
+
+def refuse_shifted_twice(batch: Any, model: str) -> None:
+    """Raise ``ConfigError`` if ``batch``, about to be given to the causal LM ``model`` by
+    the Hugging Face Trainer (``model(**batch)``), has no ``input_ids`` (headrace's ``x``
+    and ``y``: the model's own ``ValueError`` named neither), or has as ``labels`` targets
+    shifted already (``labels[:, j] == input_ids[:, j + 1]``, as a token source's ``y``
+    renamed): the model shifts its labels again and trains each token on the one after
+    next, without a word. ``shift_labels`` in the batch says the labels are meant."""
+    fields = sorted(map(str, batch))
+    fix = (
+        "give the TorchDataset a transform that names them as the model takes them, "
+        "y being shifted already: {'input_ids': x as int64, 'labels': y as int64, "
+        f"'shift_labels': the same y}} ({_RECIPE})"
+    )
+    if "input_ids" not in batch and "inputs_embeds" not in batch:
+        raise ConfigError(
+            f"the Hugging Face Trainer gives each batch's fields to {model}.forward as "
+            f"keyword arguments, and this HeadraceDataLoader's batches have {fields}, no "
+            f"input_ids: {fix}"
+        )
+    ids, labels = batch.get("input_ids"), batch.get("labels")
+    if "shift_labels" in batch or ids is None or labels is None:
+        return
+    shape = getattr(ids, "shape", None)
+    if shape is None or len(shape) != 2 or shape[1] < 2 or getattr(labels, "shape", 0) != shape:
+        return
+    after = labels[:, :-1]
+    kept = after != -100  # the Trainer's and the model's ignore_index
+    if not bool(kept.any()) or not bool((after[kept] == ids[:, 1:][kept]).all()):
+        return
+    if bool((labels == ids)[labels != -100].all()):
+        return  # every token the same as the next: no telling, and no harm
+    raise ConfigError(
+        f"this HeadraceDataLoader's labels are shifted already (labels[:, j] == "
+        f"input_ids[:, j + 1], as a token source's y is), and {model} shifts its labels "
+        "again: it would train each token on the one after next. Give the same targets as "
+        f"shift_labels as well, which the model then takes as they are; {fix}"
+    )
