@@ -129,6 +129,7 @@ def test_eof_names_the_size_when_the_first_head_fails_at_once(
             store.get_many([("a.bin", 20_000, 10)])
     assert calls == ["a.bin"] * 4
     calls.clear()
+
     async def broken(*_: object) -> object:
         calls.append("x")
         return 1 / 0

@@ -410,8 +410,7 @@ class ObjectStore(Closing):
                     # A body shorter than asked: retried as any cut short is. (The async
                     # call's panic keeps none of its words, by which classify() knew it.)
                     raise TransientStorageError(
-                        f"{where}: response body was cut short (obstore panicked: "
-                        f"{summarize(exc)})"
+                        f"{where}: response body was cut short (obstore panicked: {summarize(exc)})"
                     ) from exc
                 if size is None or not past:
                     raise
