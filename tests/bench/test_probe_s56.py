@@ -14,59 +14,23 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from _silent import Silent, silent_fixture
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-class _Silent:
-    """A TCP server on 127.0.0.1 that accepts every connection and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = threading.Event()
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.held.append(conn)
-            self.accepted.set()
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.held:
-            c.close()
-
-
-@pytest.fixture
-def silent() -> Iterator[_Silent]:
-    s = _Silent()
-    try:
-        yield s
-    finally:
-        s.close()
+silent = silent_fixture()
 
 
 @pytest.mark.integration
 def test_ctrl_c_stops_an_object_probe_of_an_endpoint_that_never_answers(
-    tmp_path: Path, silent: _Silent
+    tmp_path: Path, silent: Silent
 ) -> None:
     out = tmp_path / "probe.json"
     env = {

@@ -11,58 +11,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _silent import Silent, silent_fixture
 from headrace.errors import StorageError
 from headrace.io import ObjectStore, RetryPolicy
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-class _Silent:
-    """A TCP server on 127.0.0.1 that accepts every connection and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = threading.Event()
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.held.append(conn)
-            self.accepted.set()
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.held:
-            c.close()
-
-
-@pytest.fixture
-def silent() -> Iterator[_Silent]:
-    s = _Silent()
-    try:
-        yield s
-    finally:
-        s.close()
+silent = silent_fixture()
 
 
 CALLS: dict[str, Callable[[ObjectStore], Any]] = {
@@ -75,7 +39,7 @@ CALLS: dict[str, Callable[[ObjectStore], Any]] = {
 
 
 @pytest.mark.parametrize("call", sorted(CALLS))
-def test_close_stops_a_blocking_read_stalled_in_flight(silent: _Silent, call: str) -> None:
+def test_close_stops_a_blocking_read_stalled_in_flight(silent: Silent, call: str) -> None:
     # A timeout past the hang guard: a call that only the timeout ends fails the test.
     store = ObjectStore(
         "s3://bucket",
@@ -121,7 +85,7 @@ with Loader(TokenSource("s3://bucket/train.bin", dtype="uint16", context=64,
 
 @pytest.mark.integration
 def test_ctrl_c_stops_a_loader_opening_tokens_on_an_endpoint_that_never_answers(
-    silent: _Silent,
+    silent: Silent,
 ) -> None:
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen(
