@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -263,6 +264,62 @@ def launch(launcher: list[str], script: str, *args: object, **env: str) -> None:
     # took 77 s at load 13 (2c, 2026-12-07), and the suite runs beside other jobs.
     done = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def ranks(world: int, script: str, *args: object) -> None:
+    """``script`` (beside this file) on ``world`` CPU processes that join as torchrun's
+    ranks join (env://, the store of torchrun's agent: TORCHELASTIC_USE_AGENT_STORE),
+    the store held here, without the agent: its process imports torch too, 2.1 s CPU a
+    launch (2c, 2026-12-08), and headrace reads none of its variables (the launchers
+    themselves: test_torchrun.py, test_frameworks*.py). Fails the test with the tail of
+    each failed rank's output; the others are stopped, as the agent stops them."""
+    from torch.distributed import TCPStore
+
+    here = Path(__file__).parent
+    store = TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here), *sys.path]),
+        "OMP_NUM_THREADS": "1",
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(store.port),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+    cmd = [sys.executable, str(here / script), *map(str, args)]
+    with tempfile.TemporaryDirectory() as logs:
+        outs = [Path(logs, f"{rank}.log").open("w+b") for rank in range(world)]
+        procs = [
+            subprocess.Popen(
+                cmd,
+                env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            for rank, out in enumerate(outs)
+        ]
+        # launch()'s hang guard: until all are done, one has failed (the others would
+        # wait for it in a collective) or 300 s have passed.
+        deadline = time.monotonic() + 300
+        try:
+            while not any(p.poll() for p in procs) and time.monotonic() < deadline:
+                if all(p.returncode == 0 for p in procs):
+                    break
+                time.sleep(0.1)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        failed = []
+        for rank, (p, out) in enumerate(zip(procs, outs, strict=True)):
+            out.seek(0)
+            if p.returncode != 0:
+                tail = out.read()[-3000:].decode(errors="replace")
+                failed.append(f"rank {rank} of {world}: exit {p.returncode}:\n{tail}")
+            out.close()
+    assert not failed, "\n".join(failed)
 
 
 def widen(arrays: dict[str, Any], samples: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Run under torchrun: DDP training whose model, optimizer and loader go into one
-``torch.distributed.checkpoint`` (DCP) checkpoint, as torchtitan saves them. (One rank
-runs as ``python dcp_train.py`` in torchrun's environment, without its agent.)
+``torch.distributed.checkpoint`` (DCP) checkpoint, as torchtitan saves them. (The tests
+run each rank as ``python dcp_train.py`` in torchrun's environment, without its agent:
+``_adapter_data.ranks``.)
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 \\
         dcp_train.py ROOT save|resume STEPS SAVE_AT OUT:SOURCE:HOW [OUT:SOURCE:HOW ...]

@@ -4,9 +4,6 @@ saved by 2 ranks (gloo, CPU, DDP), resumed by 2 ranks and by 1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +12,13 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
 import torch.distributed.checkpoint as dcp  # noqa: E402
-from _adapter_data import BATCH, padded_mixture, token_source, torchrun, write_tokens  # noqa: E402
+from _adapter_data import BATCH, padded_mixture, ranks, token_source, write_tokens  # noqa: E402
 
 from headrace.errors import StateError  # noqa: E402
 from headrace.plan import legacy_digest  # noqa: E402
 from headrace.testing import batch_digest  # noqa: E402
 from headrace.torch import DCPStateful  # noqa: E402
 
-HERE = Path(__file__).parent
 STEPS, SAVE_AT = 10, 4
 
 
@@ -45,18 +41,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Pat
 
 def _launch(world: int, mode: str, root: Path, outs: dict[str, Path]) -> None:
     runs = [f"{out}:{variant.replace('/', ':')}" for variant, out in outs.items()]
-    args = [root, mode, STEPS, SAVE_AT, *runs]
-    if world > 1:
-        torchrun(world, "dcp_train.py", *args)
-        return
-    # One rank: the process group torchrun's environment would make (env://, world 1,
-    # its store on a port the OS picks), without the agent's process and torch import.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    env |= {"OMP_NUM_THREADS": "1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
-    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
-    cmd = [sys.executable, str(HERE / "dcp_train.py"), *map(str, args)]
-    done = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks(world, "dcp_train.py", root, mode, STEPS, SAVE_AT, *runs)
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,15 @@ Also an evaluation broken off (Lightning's 2-batch sanity check, ``limit_val_bat
 the next one over the same loader is the whole pass, with 0 and 2 workers, through
 ``HeadraceDataLoader`` and a stock ``DataLoader``; it went on from the broken step.
 
-Run by torchrun as a script: ``test_eval_torchrun_s51.py ROOT OUT`` (rank 0 writes
-OUT/eval{world}.json).
+Run as a script on torchrun's ranks: ``test_eval_torchrun_s51.py ROOT OUT`` (rank 0
+writes OUT/eval{world}.json); the test starts them without torchrun's agent
+(``_adapter_data.ranks``: its process imports torch too, 2.1 s CPU a launch).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +28,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install torch)")
 
 import torch.distributed as dist  # noqa: E402
-from _adapter_data import torchrun  # noqa: E402
+from _adapter_data import ranks  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from headrace.torch import HeadraceDataLoader, TorchDataset  # noqa: E402
@@ -142,28 +141,12 @@ def test_an_evaluation_after_a_sanity_check_is_the_whole_pass(
         dl.close()
 
 
-def _one_rank(root: Path) -> None:
-    """This script on 1 rank in the environment torchrun gives its rank (env://, world 1,
-    the store on a port the OS picks), without the agent: its process imports torch too,
-    2.2 s CPU of a 1-rank launch's 4.2 (2c, 2026-12-07); headrace reads none of the
-    agent's variables (test_dcp.py runs its 1 rank so)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    env |= {"OMP_NUM_THREADS": "1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
-    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
-    cmd = [sys.executable, __file__, str(root), str(root)]
-    done = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-
 @pytest.mark.integration
 def test_gloo_on_1_2_3_ranks_reduces_to_the_numpy_metric(tmp_path: Path) -> None:
     J.write(tmp_path)
     want = {kind: J.reference(tmp_path, kind) for kind in KINDS}
     for world in (1, 2, 3):
-        if world > 1:
-            torchrun(world, Path(__file__).name, tmp_path, tmp_path)
-        else:
-            _one_rank(tmp_path)
+        ranks(world, Path(__file__).name, tmp_path, tmp_path)
         got = json.loads((tmp_path / f"eval{world}.json").read_text())
         assert len(got) == len(KINDS) * (len(configurations(world)[0]) + 1)
         for key, ((total, count), per_rank) in got.items():
