@@ -84,6 +84,12 @@ def mixture(root: Path) -> Mixture:
 
 def rank_main(env: dict[str, str], root: Path, out: Path, workers: int, kill_at: int) -> None:
     os.environ.update(env)
+    # Forked from a test process whose forkserver an earlier test started: that server is
+    # not this child's to wait on (ChildProcessError), so the rank starts its own.
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
     import torch.distributed as dist
 
     from headrace.torch import HeadraceDataLoader, TorchDataset

@@ -116,28 +116,6 @@ def test_an_unguarded_init_process_group_fails_on_every_rank(root: Path, tmp_pat
         assert "forkserver.py" not in out  # no worker ran the script: none started
 
 
-def test_a_worker_stuck_importing_the_main_module_is_not_blamed_on_storage(
-    root: Path, tmp_path: Path
-) -> None:
-    # init_process_group hidden in a function the top level calls: no check sees it, so
-    # rank 1's workers hang in it; its stall warning says so.
-    script = tmp_path / "train.py"
-    script.write_text(
-        HEAD
-        + 'def setup():\n    dist.init_process_group("gloo")\nsetup()\n'
-        + 'if __name__ == "__main__":\n'
-        + loop(root, "    ", stall_warn_s=2.0)
-    )
-    _, (code1, out1) = ranks(script, within=90, until="has not started")
-    assert code1 is None, out1[-3000:]  # waiting for its workers for good
-    assert "stalled storage" not in out1, out1[-3000:]
-    warning = next(line for line in out1.splitlines() if "has not started" in line)
-    assert "headrace: no batch for " in warning
-    assert "(step 0): worker 0 of 2 (pid " in warning
-    assert f"it may be stuck importing the main module {script}" in warning
-    assert GUARD in warning
-
-
 def test_a_single_process_script_without_the_guard_is_told_where(
     root: Path, tmp_path: Path
 ) -> None:
