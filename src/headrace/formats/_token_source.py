@@ -560,11 +560,11 @@ class TokenSource(WindowCache):
         if self.ignore_index is not None:
             batch["y"] = self._targets(seed, samples, out, begins)
         if self.tail:
-            batch["loss_mask"] = self._loss_mask(seed, samples)
+            batch["loss_mask"], padded = self._loss_mask(seed, samples)
             if self.ignore_index is not None:
                 # Padding is never a target, as a padded labels column's: a loss that
                 # ignores -100 alone took pad_id (a real id) as the tail's next tokens.
-                np.copyto(batch["y"], self.ignore_index, where=self._padded(seed, samples))
+                np.copyto(batch["y"], self.ignore_index, where=padded)
         return batch
 
     def _targets(
@@ -678,9 +678,12 @@ class TokenSource(WindowCache):
             "this warning."
         )
 
-    def _loss_mask(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
+    def _loss_mask(
+        self, seed: int, samples: NDArray[np.int64]
+    ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
         """``True`` where ``y`` is a target of the file no earlier sample counted: not the
-        padding of a tail, nor (with a stride) a target of the sample before."""
+        padding of a tail, nor (with a stride) a target of the sample before; and ``True``
+        where it is that padding (the targets past each sample's file)."""
         files, offsets = self._file_offsets(self._plan(seed, samples))
         sizes = np.asarray(self.layout.file_tokens, dtype=np.int64)[files]
         L, step = self.context, self.layout.step
@@ -689,15 +692,9 @@ class TokenSource(WindowCache):
         k = -(-offsets // step)
         first = np.where(offsets > 0, (k - 1) * step + L + 1, 1) - offsets - 1
         col = np.arange(L)
-        mask: NDArray[np.bool_] = (col >= first[:, None]) & (col < (sizes - offsets - 1)[:, None])
-        return mask
-
-    def _padded(self, seed: int, samples: NDArray[np.int64]) -> NDArray[np.bool_]:
-        """``True`` at the targets past each sample's file: a tail's padding."""
-        files, offsets = self._file_offsets(self._plan(seed, samples))
-        sizes = np.asarray(self.layout.file_tokens, dtype=np.int64)[files]
-        padded: NDArray[np.bool_] = np.arange(self.context) >= (sizes - offsets - 1)[:, None]
-        return padded
+        padded: NDArray[np.bool_] = col >= (sizes - offsets - 1)[:, None]
+        mask: NDArray[np.bool_] = (col >= first[:, None]) & ~padded
+        return mask, padded
 
     def _check_ids(
         self, seed: int, samples: NDArray[np.int64], out: NDArray[Any], vocab: int
