@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from _http import serving
+from _tries import gave_up_tried_once
 from headrace.errors import PermissionDeniedError, StorageError, TransientStorageError
 from headrace.formats import FileSource, TableSource, TokenSource
 from headrace.io import ObjectStore, RetryPolicy
@@ -128,17 +129,7 @@ def test_a_read_ahead_the_batch_waited_on_is_not_fetched_again(
         proxy.set_faults([])
         src.close()
     assert got and np.array_equal(np.concatenate(got), want[: 10 * len(got)])
-    text = str(info.value)
-    m = re.match(rf"(s3://{BUCKET}/t/part-0\.parquet, bytes \[\d+, \d+\)): HTTP 500", text)
-    assert m is not None, text
-    assert "gave up after 3 attempts" in text, text
-    firsts = [
-        r.getMessage()
-        for r in caplog.records
-        if r.getMessage().startswith(f"headrace: {m.group(1)}: HTTP 500")
-        and "try 1 of 3" in r.getMessage()
-    ]
-    assert len(firsts) == 1, firsts
+    gave_up_tried_once(str(info.value), rf"s3://{BUCKET}/t/part-0\.parquet", caplog)
 
 
 # What AWS answers a request signed for another region than the bucket's (a bucket in
