@@ -179,7 +179,7 @@ def test_a_mount_that_goes_away_mid_probe_is_named_not_a_traceback(tmp_path: Pat
     with SlowMount(src, tmp_path / "mnt", read_latency_ms=5) as m:
         target = str(m.mnt / "f.bin")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "headrace.cli", "probe", target, "--ops", "256"],
+            [sys.executable, "-m", "headrace.cli", "probe", target, "--ops", "2048"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
